@@ -1,0 +1,246 @@
+"""The `gpuwatch` command: argument parsing, progress bars and exit codes; the only module that prints."""
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TextIO
+
+from gpuwatch import __version__
+from gpuwatch.config import Settings, load_settings
+from gpuwatch.errors import ConfigError, DataError, GpuwatchError, SourceError
+from gpuwatch.model import utc
+from gpuwatch.units import parse_duration_seconds
+
+if TYPE_CHECKING:
+    from gpuwatch.service import SimulationParams
+
+EXIT_OK, EXIT_USAGE, EXIT_SOURCE = 0, 2, 3
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
+    except SourceError as e:
+        _fail(str(e))
+        return EXIT_SOURCE
+    except GpuwatchError as e:  # bad config, flags or input files: the user can fix them
+        _fail(str(e))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str) -> None:
+    print(f"gpuwatch: error: {message}", file=sys.stderr)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="YAML config file (also GPUWATCH_CONFIG)")
+    common.add_argument("--prometheus-url", help="Prometheus base URL (also GPUWATCH_PROMETHEUS_URL)")
+    common.add_argument("--prometheus-bearer-token-file", help="file holding a bearer token for Prometheus")
+    common.add_argument("--prometheus-ca-file", help="CA bundle to verify Prometheus' TLS certificate")
+    common.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config)")
+    common.add_argument("--context", help="kubeconfig context")
+
+    parser = argparse.ArgumentParser(prog="gpuwatch", description="GPU fleet monitoring and cost analytics.")
+    parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", parents=[common], help="run the Dash web UI")
+    serve.add_argument("--demo", action="store_true", help="serve the simulated fleet")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8050)
+    serve.set_defaults(handler=_cmd_serve)
+
+    sim = sub.add_parser("simulate", help="the simulated fleet as outside systems see it")
+    sim_sub = sim.add_subparsers(dest="what", required=True, metavar="WHAT")
+    fleet_args = argparse.ArgumentParser(add_help=False)
+    fleet_args.add_argument("--seed", type=int, default=42)
+    fleet_args.add_argument("--end", type=_iso_time, help="window end, ISO 8601 (default: the current hour)")
+    fleet_args.add_argument("--days", type=float, default=1.0, help="window length in days (default 1)")
+    fleet_args.add_argument("--step", type=_step_seconds, default=60, help="sample step, e.g. 60s (default)")
+    fleet_args.add_argument("--gpus", type=int, help="scale the fleet to about this many GPUs (default 80)")
+
+    backfill = sim_sub.add_parser(
+        "backfill",
+        parents=[fleet_args],
+        help="write an OpenMetrics file for promtool tsdb create-blocks-from",
+    )
+    backfill.add_argument("--output", "-o", required=True, help="file to write")
+    backfill.add_argument(
+        "--layout",
+        choices=("servicemonitor", "honor_labels"),
+        default="servicemonitor",
+        help="labels as Prometheus stores them (servicemonitor: exported_* under honorLabels=false)",
+    )
+    backfill.add_argument("--metrics", nargs="*", help="only these DCGM metric families")
+    backfill.set_defaults(handler=_cmd_backfill)
+
+    metrics = sim_sub.add_parser("metrics", parents=[fleet_args], help="serve dcgm-exporter /metrics")
+    metrics.add_argument("--host", default="127.0.0.1")
+    metrics.add_argument("--port", type=int, default=9400)
+    metrics.set_defaults(handler=_cmd_metrics)
+
+    kube = sim_sub.add_parser("kube-api", parents=[fleet_args], help="serve Kubernetes API list endpoints")
+    kube.add_argument("--host", default="127.0.0.1")
+    kube.add_argument("--port", type=int, default=6443)
+    kube.add_argument("--token", default="gpuwatch-sim-token", help="bearer token clients must send")
+    kube.add_argument("--write-kubeconfig", metavar="PATH", help="write a kubeconfig pointing at the server")
+    kube.set_defaults(handler=_cmd_kube_api)
+
+    replay = sim_sub.add_parser("replay", help="replay an Alibaba openb node/pod trace (Weng et al., ATC'23)")
+    replay.add_argument("--nodes", required=True, help="openb_node_list_gpu_node.csv")
+    replay.add_argument("--pods", required=True, help="openb_pod_list_default.csv")
+    replay.add_argument("--start", type=_iso_time, default=datetime(2026, 1, 1, tzinfo=UTC))
+    replay.add_argument("--days", type=float, default=7.0)
+    replay.add_argument("--step", type=_step_seconds, default=300)
+    replay.add_argument("--seed", type=int, default=0)
+    replay.set_defaults(handler=_cmd_replay)
+    return parser
+
+
+def _iso_time(text: str) -> datetime:
+    try:
+        return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from e
+
+
+def _step_seconds(text: str) -> int:
+    try:
+        seconds = parse_duration_seconds(text)
+    except DataError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if seconds < 1 or seconds != int(seconds):
+        raise argparse.ArgumentTypeError(f"step must be a whole number of seconds >= 1, got {text!r}")
+    return int(seconds)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    flags = {
+        "prometheus_url": args.prometheus_url,
+        "prometheus_bearer_token_file": args.prometheus_bearer_token_file,
+        "prometheus_ca_file": args.prometheus_ca_file,
+        "kubeconfig": args.kubeconfig,
+        "context": args.context,
+    }
+    return load_settings(config_path=args.config, flags=flags)
+
+
+def _sim_params(args: argparse.Namespace) -> "SimulationParams":
+    from gpuwatch.service import SimulationParams
+
+    return SimulationParams(
+        seed=args.seed, end=args.end, days=args.days, step_seconds=args.step, gpus=args.gpus
+    )
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from gpuwatch.service import FleetService, demo_settings
+    from gpuwatch.ui import create_app
+
+    settings = _settings(args)
+    if not args.demo:
+        raise ConfigError(
+            "live mode needs the collectors, which are not built yet; use `gpuwatch serve --demo`"
+        )
+    app = create_app(FleetService(settings=demo_settings(settings)))
+    print(f"gpuwatch: serving the simulated fleet on http://{args.host}:{args.port}/", file=sys.stderr)
+    app.run(host=args.host, port=args.port, debug=False)
+    return EXIT_OK
+
+
+def _cmd_backfill(args: argparse.Namespace) -> int:
+    from gpuwatch.service import write_simulated_backfill
+
+    progress = ProgressBar("backfill", sys.stderr)
+    try:
+        n = write_simulated_backfill(
+            args.output, _sim_params(args), layout=args.layout, metrics=args.metrics, progress=progress.update
+        )
+    except OSError as e:
+        raise ConfigError(f"cannot write {args.output}: {e.strerror}") from e
+    finally:
+        progress.finish()
+    print(f"gpuwatch: wrote {n} samples to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    from gpuwatch.service import serve_simulated_metrics
+
+    server = serve_simulated_metrics(_sim_params(args), host=args.host, port=args.port)
+    print(f"gpuwatch: dcgm-exporter metrics on {server.url}/metrics", file=sys.stderr)
+    _wait_for_signal()
+    server.close()
+    return EXIT_OK
+
+
+def _cmd_kube_api(args: argparse.Namespace) -> int:
+    from gpuwatch.service import serve_simulated_kube_api
+
+    server = serve_simulated_kube_api(
+        _sim_params(args),
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        kubeconfig_path=args.write_kubeconfig,
+    )
+    print(f"gpuwatch: Kubernetes API on {server.url}", file=sys.stderr)
+    if args.write_kubeconfig:
+        print(f"gpuwatch: kubeconfig written to {args.write_kubeconfig}", file=sys.stderr)
+    _wait_for_signal()
+    server.close()
+    return EXIT_OK
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from gpuwatch.service import replay_openb_trace
+
+    result = replay_openb_trace(
+        args.nodes, args.pods, start=args.start, days=args.days, step_seconds=args.step, seed=args.seed
+    )
+    width = max(map(len, result))
+    for key, value in result.items():
+        print(f"{key:<{width}}  {value:,.2f}" if isinstance(value, float) else f"{key:<{width}}  {value:,}")
+    return EXIT_OK
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal; silent when stderr is not a TTY (CI, pipes)."""
+
+    def __init__(self, label: str, stream: TextIO, width: int = 30) -> None:
+        self.label, self.stream, self.width = label, stream, width
+        self.enabled = stream.isatty()
+        self._last = -1
+
+    def update(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        pct = min(100, done * 100 // total)
+        if pct == self._last:
+            return
+        self._last = pct
+        filled = self.width * pct // 100
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {pct:3d}%")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.enabled and self._last >= 0:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,167 @@
+"""Settings: CLI flags > GPUWATCH_* environment > YAML config file > defaults. The only env reader."""
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuwatch.errors import ConfigError, DataError
+from gpuwatch.model import IdleParams, PriceBook, TeamRules
+from gpuwatch.units import parse_duration_seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrometheusSettings:
+    url: str | None = None
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
+    timeout_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubernetesSettings:
+    kubeconfig: str | None = None  # None: in-cluster config
+    context: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    teams: TeamRules = field(default_factory=TeamRules)
+    pricing: PriceBook = field(default_factory=PriceBook)
+    idle: IdleParams = field(default_factory=IdleParams)
+
+
+# Flat names shared by flags, environment (GPUWATCH_<NAME upper>) and the YAML file (section.key).
+_FLAT_KEYS = {
+    "prometheus_url": ("prometheus", "url"),
+    "prometheus_bearer_token_file": ("prometheus", "bearer_token_file"),
+    "prometheus_ca_file": ("prometheus", "ca_file"),
+    "kubeconfig": ("kubernetes", "kubeconfig"),
+    "context": ("kubernetes", "context"),
+}
+
+_SCHEMA: dict[str, dict[str, str]] = {
+    "prometheus": {"url": "str", "bearer_token_file": "str", "ca_file": "str", "timeout": "duration"},
+    "kubernetes": {"kubeconfig": "str", "context": "str"},
+    "teams": {"pod_label_keys": "str_list", "namespace_label_keys": "str_list", "namespaces": "str_map"},
+    "pricing": {"default_usd_per_gpu_hour": "price", "products": "price_map"},
+    "idle": {"threshold": "ratio", "window": "duration"},
+}
+
+
+def load_settings(
+    *,
+    config_path: str | None = None,
+    flags: Mapping[str, str | None] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge the three layers and validate; every problem is one ConfigError line naming the key."""
+    env = os.environ if env is None else env
+    config_path = config_path or env.get("GPUWATCH_CONFIG") or None
+    tree: dict[str, dict[str, Any]] = _read_yaml(config_path) if config_path else {}
+    for name, (section, key) in _FLAT_KEYS.items():
+        for value in (env.get(f"GPUWATCH_{name.upper()}"), (flags or {}).get(name)):
+            if value:
+                tree.setdefault(section, {})[key] = value
+    values = {
+        f"{section}.{key}": _check(f"{section}.{key}", kind, tree.get(section, {}).get(key))
+        for section, keys in _SCHEMA.items()
+        for key, kind in keys.items()
+    }
+    return _build(values)
+
+
+def _read_yaml(path: str) -> dict[str, dict[str, Any]]:
+    try:
+        raw = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}") from e
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path}: top level must be a mapping")
+    for section, body in raw.items():
+        if section not in _SCHEMA:
+            raise ConfigError(f"config: unknown key {section!r} (expected one of {', '.join(_SCHEMA)})")
+        if body is None:
+            raw[section] = {}
+            continue
+        if not isinstance(body, dict):
+            raise ConfigError(f"config: {section} must be a mapping")
+        for key in body:
+            if key not in _SCHEMA[section]:
+                raise ConfigError(f"config: unknown key {section}.{key}")
+    return raw
+
+
+def _check(name: str, kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == "str":
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"config: {name} must be a non-empty string")
+        return value
+    if kind == "duration":
+        try:
+            seconds = parse_duration_seconds(value)
+        except DataError as e:
+            raise ConfigError(f"config: {name}: {e}") from e
+        if seconds <= 0:
+            raise ConfigError(f"config: {name} must be a positive duration")
+        return seconds
+    if kind in ("price", "ratio"):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"config: {name} must be a number, got {value!r}")
+        if value < 0:
+            raise ConfigError(f"config: {name} must not be negative, got {value}")
+        if kind == "ratio" and value > 1:
+            raise ConfigError(f"config: {name} must be a ratio in [0, 1], got {value}")
+        return float(value)
+    if kind == "str_list":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"config: {name} must be a list of strings")
+        return tuple(value)
+    if kind in ("str_map", "price_map"):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config: {name} must be a mapping")
+        value_kind = "str" if kind == "str_map" else "price"
+        return {str(k): _check(f"{name}.{k}", value_kind, v) for k, v in value.items()}
+    raise AssertionError(kind)
+
+
+def _build(v: Mapping[str, Any]) -> Settings:
+    def pick(key: str, default: Any) -> Any:
+        return default if v[key] is None else v[key]
+
+    return Settings(
+        prometheus=PrometheusSettings(
+            url=v["prometheus.url"],
+            bearer_token_file=v["prometheus.bearer_token_file"],
+            ca_file=v["prometheus.ca_file"],
+            timeout_seconds=pick("prometheus.timeout", 60.0),
+        ),
+        kubernetes=KubernetesSettings(kubeconfig=v["kubernetes.kubeconfig"], context=v["kubernetes.context"]),
+        teams=TeamRules(
+            pod_label_keys=pick("teams.pod_label_keys", ("team",)),
+            namespace_label_keys=pick("teams.namespace_label_keys", ("team",)),
+            namespaces=pick("teams.namespaces", {}),
+        ),
+        pricing=PriceBook(
+            default_usd_per_gpu_hour=pick("pricing.default_usd_per_gpu_hour", 2.0),
+            products=pick("pricing.products", {}),
+        ),
+        idle=IdleParams(
+            threshold_ratio=pick("idle.threshold", 0.05),
+            window_seconds=int(pick("idle.window", 1800)),
+        ),
+    )

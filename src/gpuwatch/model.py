@@ -1,0 +1,246 @@
+"""Entities of a GPU fleet: frozen, slotted, keyword-only dataclasses with no I/O."""
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from gpuwatch.errors import ConfigError, DataError
+
+MIG_SLICES_PER_GPU = 7
+MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries above this many points per series.
+RESOURCE_GPU = "nvidia.com/gpu"
+RESOURCE_GPU_SHARED = "nvidia.com/gpu.shared"
+RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
+LEDGER_STATES = ("unavailable", "stranded", "unallocated", "allocated_idle", "allocated_active")
+
+_POOL_SUFFIX = re.compile(r"(-SHARED|-MIG-.*)$", re.IGNORECASE)
+_MIG_PROFILE = re.compile(r"^(\d+)g\.\d+gb(\+\w+)?$")
+
+
+def normalize_product(product: str) -> str:
+    """Pool name of a GPU product: upper case, spaces as dashes, -SHARED / -MIG-* suffixes stripped.
+
+    >>> normalize_product("NVIDIA H100 80GB HBM3")
+    'NVIDIA-H100-80GB-HBM3'
+    >>> normalize_product("Tesla-T4-SHARED")
+    'TESLA-T4'
+    """
+    name = re.sub(r"\s+", "-", product.strip())
+    return _POOL_SUFFIX.sub("", name).upper()
+
+
+def mig_profile_slices(profile: str) -> int:
+    """GPU-instance slices of a MIG profile: "3g.40gb" -> 3 (of 7)."""
+    match = _MIG_PROFILE.match(profile)
+    if match is None or not 1 <= int(match.group(1)) <= MIG_SLICES_PER_GPU:
+        raise DataError(f"unknown MIG profile {profile!r}")
+    return int(match.group(1))
+
+
+def is_gpu_resource(resource: str) -> bool:
+    return resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED) or resource.startswith(RESOURCE_MIG_PREFIX)
+
+
+def ge_per_unit(resource: str, replicas: int = 1) -> float:
+    """GPU-equivalents of one unit of an extended resource (SPEC §3).
+
+    A whole GPU is 1, a MIG instance slices/7, a time-sliced replica 1/replicas.
+    """
+    if resource.startswith(RESOURCE_MIG_PREFIX):
+        return mig_profile_slices(resource.removeprefix(RESOURCE_MIG_PREFIX)) / MIG_SLICES_PER_GPU
+    if resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED):
+        return 1.0 / max(replicas, 1)
+    raise DataError(f"not a GPU resource: {resource!r}")
+
+
+def utc(dt: datetime) -> datetime:
+    """The same instant as a tz-aware UTC datetime (naive input is taken as UTC)."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Window:
+    """Half-open time window [start, end) sampled every step; sample i stands for [t_i, t_i + step)."""
+
+    start: datetime
+    end: datetime
+    step_seconds: int = 60
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ConfigError("window start and end must carry a time zone")
+        if self.end <= self.start:
+            raise ConfigError(
+                f"window end {self.end.isoformat()} is not after start {self.start.isoformat()}"
+            )
+        if self.step_seconds <= 0:
+            raise ConfigError(f"step must be positive, got {self.step_seconds}s")
+
+    @property
+    def duration_seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def n_samples(self) -> int:
+        return math.ceil(self.duration_seconds / self.step_seconds)
+
+    @property
+    def step_hours(self) -> float:
+        return self.step_seconds / 3600.0
+
+    def sample_time(self, i: int) -> datetime:
+        return self.start + timedelta(seconds=i * self.step_seconds)
+
+    def coarsened(self, max_points: int = MAX_POINTS_PER_SERIES) -> "Window":
+        """The same window with the step raised (to a whole multiple) so no series exceeds max_points."""
+        factor = math.ceil(self.duration_seconds / self.step_seconds / max_points)
+        if factor <= 1:
+            return self
+        return Window(start=self.start, end=self.end, step_seconds=self.step_seconds * factor)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """A Kubernetes node with GPUs, as its GFD labels and status describe it (GPU resources only)."""
+
+    name: str
+    product: str
+    gpu_count: int
+    gpu_memory_bytes: float = math.nan
+    capacity: Mapping[str, float] = field(default_factory=dict)
+    allocatable: Mapping[str, float] = field(default_factory=dict)
+    replicas: int = 1
+    mig_strategy: str = "none"
+    ready: bool = True
+    unschedulable: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def pool(self) -> str:
+        return normalize_product(self.product)
+
+    def allocatable_gpus(self) -> float:
+        """Allocatable capacity in GPU-equivalents."""
+        return sum(
+            ge_per_unit(r, self.replicas) * q for r, q in self.allocatable.items() if is_gpu_resource(r)
+        )
+
+    def capacity_gpus(self) -> float:
+        """Advertised capacity in GPU-equivalents."""
+        return sum(ge_per_unit(r, self.replicas) * q for r, q in self.capacity.items() if is_gpu_resource(r))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pod:
+    """A pod and the GPU resources it requests (extended resources: limits == requests)."""
+
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    created_at: datetime
+    node: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    gpu_requests: Mapping[str, float] = field(default_factory=dict)
+    node_selector_product: str | None = None
+    container: str = "main"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceQuota:
+    namespace: str
+    name: str
+    hard: Mapping[str, float] = field(default_factory=dict)
+    used: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gpu:
+    """A telemetry unit: a whole GPU, or one MIG GPU instance (parent UUID + GPU_I_ID)."""
+
+    node: str
+    uuid: str
+    index: int
+    product: str
+    memory_bytes: float
+    gpu_instance_id: str = ""
+    mig_profile: str = ""
+    replicas: int = 1
+
+    @property
+    def ge(self) -> float:
+        """GPU-equivalents of the whole unit (a MIG instance is slices/7)."""
+        return mig_profile_slices(self.mig_profile) / MIG_SLICES_PER_GPU if self.mig_profile else 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allocation:
+    """A pod holding (part of) a GPU over [start, end); end None = still holding."""
+
+    namespace: str
+    pod: str
+    node: str
+    uuid: str
+    gpu_instance_id: str
+    replica: str
+    resource: str
+    ge: float
+    start: datetime
+    end: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TeamRules:
+    """How a pod's team is found (SPEC §3): pod labels, namespace labels, explicit map, namespace name."""
+
+    pod_label_keys: tuple[str, ...] = ("team",)
+    namespace_label_keys: tuple[str, ...] = ("team",)
+    namespaces: Mapping[str, str] = field(default_factory=dict)
+
+    def team_of(
+        self, *, namespace: str, pod_labels: Mapping[str, str], namespace_labels: Mapping[str, str]
+    ) -> str:
+        for key in self.pod_label_keys:
+            if pod_labels.get(key):
+                return pod_labels[key]
+        for key in self.namespace_label_keys:
+            if namespace_labels.get(key):
+                return namespace_labels[key]
+        return self.namespaces.get(namespace) or namespace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PriceBook:
+    """USD per GPU-hour by normalized product; `default` for products it does not name."""
+
+    default_usd_per_gpu_hour: float = 2.0
+    products: Mapping[str, float] = field(default_factory=dict)
+
+    def usd_per_gpu_hour(self, product: str) -> float:
+        return self.normalized().get(normalize_product(product), self.default_usd_per_gpu_hour)
+
+    def knows(self, product: str) -> bool:
+        return normalize_product(product) in self.normalized()
+
+    def normalized(self) -> dict[str, float]:
+        return {normalize_product(k): v for k, v in self.products.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdleParams:
+    threshold_ratio: float = 0.05
+    window_seconds: int = 1800

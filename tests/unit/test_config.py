@@ -1,0 +1,93 @@
+"""Settings: YAML < GPUWATCH_* env < flags; one-line errors naming the key."""
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.config import load_settings
+from gpuwatch.errors import ConfigError
+
+FULL = """
+prometheus: {url: http://prometheus:9090, bearer_token_file: /var/run/token, timeout: 30s}
+kubernetes: {kubeconfig: ~/.kube/config, context: prod}
+teams:
+  pod_label_keys: [team, owner]
+  namespace_label_keys: [team]
+  namespaces: {notebooks: data-science}
+pricing:
+  default_usd_per_gpu_hour: 2.5
+  products: {NVIDIA-H100-80GB-HBM3: 4.0, NVIDIA-L4: 0.8}
+idle: {threshold: 0.1, window: 1h}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "gpuwatch.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_without_any_layer() -> None:
+    s = load_settings(env={})
+    assert s.prometheus.url is None and s.prometheus.timeout_seconds == 60.0
+    assert s.kubernetes.kubeconfig is None
+    assert s.teams.pod_label_keys == ("team",)
+    assert s.pricing.default_usd_per_gpu_hour == 2.0
+    assert s.idle.threshold_ratio == 0.05 and s.idle.window_seconds == 1800
+
+
+def test_full_file(tmp_path: Path) -> None:
+    s = load_settings(config_path=_write(tmp_path, FULL), env={})
+    assert s.prometheus.url == "http://prometheus:9090"
+    assert s.prometheus.timeout_seconds == 30.0
+    assert s.kubernetes.context == "prod"
+    assert s.teams.pod_label_keys == ("team", "owner")
+    assert s.teams.namespaces == {"notebooks": "data-science"}
+    assert s.pricing.usd_per_gpu_hour("NVIDIA H100 80GB HBM3") == 4.0
+    assert s.pricing.default_usd_per_gpu_hour == 2.5
+    assert s.idle.threshold_ratio == 0.1 and s.idle.window_seconds == 3600
+
+
+def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, FULL)
+    env = {"GPUWATCH_PROMETHEUS_URL": "http://from-env:9090", "GPUWATCH_CONTEXT": "staging"}
+    s = load_settings(config_path=path, env=env)
+    assert s.prometheus.url == "http://from-env:9090"
+    assert s.kubernetes.context == "staging"
+    s = load_settings(config_path=path, env=env, flags={"prometheus_url": "http://from-flag:9090", "context": None})
+    assert s.prometheus.url == "http://from-flag:9090"
+    assert s.kubernetes.context == "staging"
+
+
+def test_config_path_from_env(tmp_path: Path) -> None:
+    s = load_settings(env={"GPUWATCH_CONFIG": _write(tmp_path, "idle: {window: 45m}")})
+    assert s.idle.window_seconds == 2700
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("promethues: {url: x}", "config: unknown key 'promethues'"),
+        ("prometheus: {uri: x}", "config: unknown key prometheus.uri"),
+        ("idle: {window: soon}", "config: idle.window: bad duration 'soon'"),
+        ("idle: {window: 0s}", "config: idle.window must be a positive duration"),
+        ("idle: {threshold: 5}", "config: idle.threshold must be a ratio in [0, 1], got 5"),
+        ("pricing: {default_usd_per_gpu_hour: -1}", "config: pricing.default_usd_per_gpu_hour must not be negative"),
+        ("pricing: {products: {NVIDIA-L4: -0.8}}", "config: pricing.products.NVIDIA-L4 must not be negative"),
+        ("pricing: {products: {NVIDIA-L4: cheap}}", "config: pricing.products.NVIDIA-L4 must be a number"),
+        ("teams: {pod_label_keys: team}", "config: teams.pod_label_keys must be a list of strings"),
+        ("prometheus: [1, 2]", "config: prometheus must be a mapping"),
+        ("- just\n- a list", "top level must be a mapping"),
+        ("prometheus: {url: [unclosed", "is not valid YAML at line 1"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(config_path=_write(tmp_path, text), env={})
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read config file .*nope.yaml: No such file"):
+        load_settings(config_path=str(tmp_path / "nope.yaml"), env={})

@@ -1,0 +1,70 @@
+"""The one-way dependency rule of ARCHITECTURE.md, checked on the import statements of src/gpuwatch."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "gpuwatch"
+
+# What each layer may import from gpuwatch itself (besides its own layer).
+BASE = {"units", "errors", "model", "schema", "config", "__init__"}
+ALLOWED = {
+    "units": {"errors"},
+    "errors": set(),
+    "model": {"units", "errors"},
+    "schema": {"model", "units", "errors"},
+    "config": {"model", "units", "errors"},
+    "sources": BASE,
+    "analytics": BASE - {"config"},
+    "service": BASE | {"sources", "analytics"},
+    "report": BASE | {"service"},
+    "exporter": BASE | {"service"},
+    "ui": BASE | {"service"},
+    "cli": BASE | {"service", "report", "exporter", "ui"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+# Third-party libraries confined to one place.
+CONFINED = {"dash": {"ui"}, "plotly": {"ui", "report"}, "prometheus_client": {"exporter"}, "kubernetes": {"sources"}}
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_dependencies_point_one_way() -> None:
+    broken = []
+    for path in PACKAGE.rglob("*.py"):
+        layer = _layer(path)
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "gpuwatch" and len(parts) > 1:
+                target = parts[1]
+                if target != layer and target not in ALLOWED[layer]:
+                    broken.append(f"{path.relative_to(PACKAGE)} imports {name}")
+            elif parts[0] in CONFINED and layer not in CONFINED[parts[0]]:
+                broken.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert broken == []
+
+
+def test_kubernetes_client_only_in_its_source_module() -> None:
+    users = [p.name for p in PACKAGE.rglob("*.py") if any(n.split(".")[0] == "kubernetes" for n in _imports(p))]
+    assert set(users) <= {"kubernetes.py"}
+
+
+def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from gpuwatch.sources.simulated import fleet\nimport dash\n")
+    assert _imports(bad) == {"gpuwatch.sources.simulated", "dash"}
+    assert "sources" not in ALLOWED["ui"] and "ui" not in CONFINED["prometheus_client"]
