@@ -49,7 +49,9 @@ def test_bad_trace_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_missing_trace_file_is_one_line(tmp_path: Path) -> None:
-    result = _run("simulate", "replay", "--nodes", str(tmp_path / "no.csv"), "--pods", str(tmp_path / "no2.csv"))
+    result = _run(
+        "simulate", "replay", "--nodes", str(tmp_path / "no.csv"), "--pods", str(tmp_path / "no2.csv")
+    )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "no.csv" in result.stderr
 

@@ -54,7 +54,9 @@ def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
     s = load_settings(config_path=path, env=env)
     assert s.prometheus.url == "http://from-env:9090"
     assert s.kubernetes.context == "staging"
-    s = load_settings(config_path=path, env=env, flags={"prometheus_url": "http://from-flag:9090", "context": None})
+    s = load_settings(
+        config_path=path, env=env, flags={"prometheus_url": "http://from-flag:9090", "context": None}
+    )
     assert s.prometheus.url == "http://from-flag:9090"
     assert s.kubernetes.context == "staging"
 
@@ -72,7 +74,10 @@ def test_config_path_from_env(tmp_path: Path) -> None:
         ("idle: {window: soon}", "config: idle.window: bad duration 'soon'"),
         ("idle: {window: 0s}", "config: idle.window must be a positive duration"),
         ("idle: {threshold: 5}", "config: idle.threshold must be a ratio in [0, 1], got 5"),
-        ("pricing: {default_usd_per_gpu_hour: -1}", "config: pricing.default_usd_per_gpu_hour must not be negative"),
+        (
+            "pricing: {default_usd_per_gpu_hour: -1}",
+            "config: pricing.default_usd_per_gpu_hour must not be negative",
+        ),
         ("pricing: {products: {NVIDIA-L4: -0.8}}", "config: pricing.products.NVIDIA-L4 must not be negative"),
         ("pricing: {products: {NVIDIA-L4: cheap}}", "config: pricing.products.NVIDIA-L4 must be a number"),
         ("teams: {pod_label_keys: team}", "config: teams.pod_label_keys must be a list of strings"),

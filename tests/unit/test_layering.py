@@ -24,7 +24,12 @@ ALLOWED = {
     "__init__": set(),
 }
 # Third-party libraries confined to one place.
-CONFINED = {"dash": {"ui"}, "plotly": {"ui", "report"}, "prometheus_client": {"exporter"}, "kubernetes": {"sources"}}
+CONFINED = {
+    "dash": {"ui"},
+    "plotly": {"ui", "report"},
+    "prometheus_client": {"exporter"},
+    "kubernetes": {"sources"},
+}
 
 
 def _layer(path: Path) -> str:
@@ -59,7 +64,9 @@ def test_dependencies_point_one_way() -> None:
 
 
 def test_kubernetes_client_only_in_its_source_module() -> None:
-    users = [p.name for p in PACKAGE.rglob("*.py") if any(n.split(".")[0] == "kubernetes" for n in _imports(p))]
+    users = [
+        p.name for p in PACKAGE.rglob("*.py") if any(n.split(".")[0] == "kubernetes" for n in _imports(p))
+    ]
     assert set(users) <= {"kubernetes.py"}
 
 

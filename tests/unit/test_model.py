@@ -48,20 +48,33 @@ def test_node_capacity_in_gpu_equivalents() -> None:
         name="n",
         product="NVIDIA-A100-SXM4-80GB",
         gpu_count=1,
-        capacity={"nvidia.com/gpu": 0, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 2},
+        capacity={
+            "nvidia.com/gpu": 0,
+            "nvidia.com/mig-3g.40gb": 1,
+            "nvidia.com/mig-2g.20gb": 1,
+            "nvidia.com/mig-1g.10gb": 2,
+        },
         allocatable={"nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-1g.10gb": 2, "cpu": 64},
     )
     assert mig.capacity_gpus() == pytest.approx(1.0)
     assert mig.allocatable_gpus() == pytest.approx(5 / 7)
-    shared = Node(name="t", product="Tesla-T4", gpu_count=4, replicas=4, allocatable={"nvidia.com/gpu.shared": 16})
+    shared = Node(
+        name="t", product="Tesla-T4", gpu_count=4, replicas=4, allocatable={"nvidia.com/gpu.shared": 16}
+    )
     assert shared.allocatable_gpus() == 4.0
     assert shared.pool == "TESLA-T4"
 
 
 def test_team_resolution_order() -> None:
     rules = TeamRules(namespaces={"notebooks": "data-science"})
-    assert rules.team_of(namespace="ml", pod_labels={"team": "ads"}, namespace_labels={"team": "search"}) == "ads"
-    assert rules.team_of(namespace="ml", pod_labels={"team": ""}, namespace_labels={"team": "search"}) == "search"
+    assert (
+        rules.team_of(namespace="ml", pod_labels={"team": "ads"}, namespace_labels={"team": "search"})
+        == "ads"
+    )
+    assert (
+        rules.team_of(namespace="ml", pod_labels={"team": ""}, namespace_labels={"team": "search"})
+        == "search"
+    )
     assert rules.team_of(namespace="notebooks", pod_labels={}, namespace_labels={}) == "data-science"
     assert rules.team_of(namespace="batch-jobs", pod_labels={}, namespace_labels={}) == "batch-jobs"
     custom = TeamRules(pod_label_keys=("owner", "team"), namespace_label_keys=("cost-center",))

@@ -34,7 +34,9 @@ def test_parse_quantity_rejects_garbage_in_one_line(text: str) -> None:
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("5m", 300), ("1h30m", 5400), ("7d", 604800), ("90", 90)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30s", 30), ("5m", 300), ("1h30m", 5400), ("7d", 604800), ("90", 90)]
+)
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration_seconds(text) == seconds
 

@@ -580,15 +580,15 @@ def _generate_requests(rng: np.random.Generator, window: Window, streams: Sequen
         lo, hi = stream.hours
         for slot in range(stream.concurrency):
             # Each slot is a chain of back-to-back pods with small gaps between them.
-            t = window.start - timedelta(hours=float(rng.uniform(0, hi)))
+            # Kubernetes timestamps have whole seconds, so every simulated time does too.
+            t = window.start - timedelta(seconds=round(float(rng.uniform(0, hi)) * 3600))
             serial = 0
             while t < window.end:
-                hours = float(rng.uniform(lo, hi))
+                duration = timedelta(seconds=round(float(rng.uniform(lo, hi)) * 3600))
                 name = f"{stream.archetype}-{s_idx:02d}-{slot:02d}-{serial:03d}"
-                requests.append(
-                    _Request(arrival=t, duration=timedelta(hours=hours), stream=stream, name=name)
-                )
-                t += timedelta(hours=hours + float(rng.exponential(max(lo * 0.1, 0.25))))
+                requests.append(_Request(arrival=t, duration=duration, stream=stream, name=name))
+                pause = timedelta(seconds=round(float(rng.exponential(max(lo * 0.1, 0.25))) * 3600))
+                t += duration + pause
                 serial += 1
     requests.sort(key=lambda r: (r.arrival, r.name))
     return requests

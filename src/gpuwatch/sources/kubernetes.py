@@ -1,0 +1,407 @@
+"""The Kubernetes API through the official client: paginated lists of pods, nodes, namespaces, quotas."""
+
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from gpuwatch.errors import ConfigError, DataError, KubernetesError
+from gpuwatch.model import (
+    RESOURCE_GPU,
+    Namespace,
+    Node,
+    Pod,
+    ResourceQuota,
+    is_gpu_resource,
+    normalize_product,
+    utc,
+)
+from gpuwatch.units import BYTES_PER_MIB, parse_quantity
+
+JsonObject = dict[str, Any]
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Containers that identify a dcgm-exporter pod (GPU Operator and the standalone Helm chart).
+EXPORTER_CONTAINERS = frozenset({"nvidia-dcgm-exporter", "dcgm-exporter"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterState:
+    """What the API server says now, as model objects, with every input problem counted."""
+
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...]  # GPU pods (running and pending) and dcgm-exporter pods
+    namespaces: tuple[Namespace, ...]
+    quotas: tuple[ResourceQuota, ...]
+    exporter_pod_nodes: Mapping[str, str] = field(default_factory=dict)  # exporter pod name -> node
+    exporter_ip_nodes: Mapping[str, str] = field(default_factory=dict)  # exporter pod IP -> node
+    warnings: tuple[str, ...] = ()
+    skipped: int = 0  # objects or resources skipped for malformed input
+    list_restarts: int = 0  # lists restarted after 410 Expired
+
+    def gpu_pods(self) -> list[Pod]:
+        return [p for p in self.pods if p.gpu_requests]
+
+
+class KubernetesSource:
+    """Reads the cluster with the official client; every call has a timeout and lists are paginated."""
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        timeout_seconds: float = 30.0,
+        page_size: int = 500,
+        max_list_restarts: int = 3,
+        api_client: Any = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.timeout_seconds = timeout_seconds
+        self.page_size = page_size
+        self.max_list_restarts = max_list_restarts
+        self._api_client = api_client
+
+    def _core(self) -> Any:
+        if self._api_client is None:
+            self._api_client = _load_api_client(self.kubeconfig, self.context)
+        return client.CoreV1Api(self._api_client)
+
+    @property
+    def server(self) -> str:
+        try:
+            return str(self._core().api_client.configuration.host)
+        except KubernetesError:
+            return "the Kubernetes API"
+
+    def list_raw(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], int]:
+        """All objects of a kind (pods, nodes, namespaces, resourcequotas), page by page.
+
+        A 410 Expired on a continue token restarts the list from scratch, at most max_list_restarts
+        times (the API server compacted the resourceVersion the pages were read at). Returns the
+        items and how many restarts it took.
+        """
+        core = self._core()
+        method: Callable[..., Any] = {
+            "pods": core.list_pod_for_all_namespaces,
+            "nodes": core.list_node,
+            "namespaces": core.list_namespace,
+            "resourcequotas": core.list_resource_quota_for_all_namespaces,
+        }[kind]
+        restarts = 0
+        while True:
+            try:
+                return list(self._pages(method, kind, field_selector)), restarts
+            except _ExpiredError:
+                restarts += 1
+                if restarts > self.max_list_restarts:
+                    raise KubernetesError(
+                        f"kubernetes: listing {kind} kept expiring (410) "
+                        f"after {self.max_list_restarts} restarts"
+                    ) from None
+
+    def _pages(self, method: Callable[..., Any], kind: str, field_selector: str) -> Iterator[JsonObject]:
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "limit": self.page_size,
+                "_preload_content": False,  # raw JSON: fast, and a malformed quantity cannot break parsing
+                "_request_timeout": self.timeout_seconds,
+            }
+            if token:
+                kwargs["_continue"] = token
+            if field_selector:
+                kwargs["field_selector"] = field_selector
+            try:
+                response = method(**kwargs)
+                body = json.loads(response.data)
+            except ApiException as e:
+                if e.status == 410 and token:
+                    raise _ExpiredError from e
+                raise _api_error(e, kind) from e
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}") from e
+            except ValueError as e:
+                raise KubernetesError(f"kubernetes: listing {kind} returned invalid JSON") from e
+            yield from body.get("items") or []
+            token = (body.get("metadata") or {}).get("continue") or None
+            if not token:
+                return
+
+    def can_list(self, kind: str) -> str | None:
+        """None if a one-item list of `kind` works, else the one-line reason (for `gpuwatch check`)."""
+        core = self._core()
+        method = {
+            "pods": core.list_pod_for_all_namespaces,
+            "nodes": core.list_node,
+            "namespaces": core.list_namespace,
+            "resourcequotas": core.list_resource_quota_for_all_namespaces,
+        }[kind]
+        try:
+            method(limit=1, _preload_content=False, _request_timeout=self.timeout_seconds)
+        except ApiException as e:
+            return str(_api_error(e, kind))
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            return f"kubernetes API at {self.server} unreachable: {_reason(e)}"
+        return None
+
+    def cluster_state(self) -> ClusterState:
+        """Nodes, running and pending pods (field selectors), namespaces and quotas, parsed."""
+        problems = _Problems()
+        nodes_raw, r1 = self.list_raw("nodes")
+        running, r2 = self.list_raw("pods", field_selector="status.phase=Running")
+        pending, r3 = self.list_raw("pods", field_selector="status.phase=Pending")
+        namespaces_raw, r4 = self.list_raw("namespaces")
+        quotas_raw, r5 = self.list_raw("resourcequotas")
+        nodes = [n for n in (parse_node(obj, problems) for obj in nodes_raw) if n is not None]
+        pods: list[Pod] = []
+        exporter_pod_nodes: dict[str, str] = {}
+        exporter_ip_nodes: dict[str, str] = {}
+        for obj in running + pending:
+            pod = parse_pod(obj, problems)
+            if pod is None:
+                continue
+            if is_exporter_pod(obj):
+                if pod.node:
+                    exporter_pod_nodes[pod.name] = pod.node
+                    ip = (obj.get("status") or {}).get("podIP")
+                    if ip:
+                        exporter_ip_nodes[ip] = pod.node
+                pods.append(pod)
+            elif pod.gpu_requests:
+                pods.append(pod)
+        return ClusterState(
+            nodes=tuple(nodes),
+            pods=tuple(pods),
+            namespaces=tuple(parse_namespace(obj) for obj in namespaces_raw),
+            quotas=tuple(q for q in (parse_quota(obj, problems) for obj in quotas_raw) if q is not None),
+            exporter_pod_nodes=exporter_pod_nodes,
+            exporter_ip_nodes=exporter_ip_nodes,
+            warnings=tuple(problems.messages),
+            skipped=problems.count,
+            list_restarts=r1 + r2 + r3 + r4 + r5,
+        )
+
+
+class _ExpiredError(Exception):
+    """A continue token the API server no longer honours (410 Gone, reason Expired)."""
+
+
+@dataclass
+class _Problems:
+    """Bad input seen while parsing: counted, and warned once per distinct message."""
+
+    count: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if message not in self.messages:
+            self.messages.append(message)
+
+
+def _load_api_client(kubeconfig: str | None, context: str | None) -> Any:
+    try:
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return client.ApiClient(configuration)
+    except ConfigException as e:
+        where = kubeconfig or "in-cluster config"
+        raise ConfigError(f"kubernetes: cannot load {where}: {_one_line(str(e))}") from e
+    except OSError as e:
+        raise ConfigError(f"kubernetes: cannot read kubeconfig {kubeconfig}: {e.strerror}") from e
+
+
+def _api_error(e: ApiException, kind: str) -> KubernetesError:
+    message = ""
+    try:
+        message = json.loads(e.body or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        message = ""
+    if e.status == 401:
+        return KubernetesError(
+            "kubernetes: unauthorized (401): the credentials in the kubeconfig were rejected"
+        )
+    if e.status == 403:
+        detail = _one_line(message) or f"cannot list {kind}"
+        return KubernetesError(
+            f"kubernetes: forbidden (403): {detail}; gpuwatch needs get/list/watch on pods, nodes, "
+            "namespaces and resourcequotas"
+        )
+    return KubernetesError(f"kubernetes: listing {kind} failed ({e.status} {e.reason}): {_one_line(message)}")
+
+
+def _reason(e: BaseException) -> str:
+    inner = getattr(e, "reason", None)
+    return _one_line(str(inner or e))[:200]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+
+def _gpu_resources(resources: Mapping[str, Any], where: str, problems: _Problems) -> dict[str, float]:
+    """GPU extended resources with a positive quantity; zero-valued stale ones are ignored."""
+    out: dict[str, float] = {}
+    for name, raw in resources.items():
+        if not is_gpu_resource(name):
+            continue
+        try:
+            value = parse_quantity(raw)
+        except DataError:
+            problems.add(f"{where}: malformed quantity {name}={raw!r} skipped")
+            continue
+        if not math.isfinite(value) or value < 0:
+            problems.add(f"{where}: malformed quantity {name}={raw!r} skipped")
+            continue
+        if value > 0:
+            out[name] = value
+    return out
+
+
+def parse_node(obj: JsonObject, problems: _Problems) -> Node | None:
+    """A Node with GPUs, from its GFD labels and status; None for a node without GPUs."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    name = meta.get("name", "")
+    labels: dict[str, str] = meta.get("labels") or {}
+    capacity = _gpu_resources(status.get("capacity") or {}, f"node {name}", problems)
+    allocatable = _gpu_resources(status.get("allocatable") or {}, f"node {name}", problems)
+    product = labels.get(GPU_PRODUCT_LABEL, "")
+    if not capacity and not product:
+        return None
+    replicas = _int_label(labels, "nvidia.com/gpu.replicas", 1, name, problems)
+    count_default = int(capacity.get(RESOURCE_GPU, 0) // max(replicas, 1))
+    gpu_count = _int_label(labels, "nvidia.com/gpu.count", count_default, name, problems)
+    memory_mib = _int_label(labels, "nvidia.com/gpu.memory", -1, name, problems)
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return Node(
+        name=name,
+        product=product or "unknown",
+        gpu_count=gpu_count,
+        gpu_memory_bytes=memory_mib * BYTES_PER_MIB if memory_mib >= 0 else math.nan,
+        capacity=capacity,
+        allocatable=allocatable,
+        replicas=max(replicas, 1),
+        mig_strategy=labels.get("nvidia.com/mig.strategy", "none"),
+        ready=conditions.get("Ready") == "True",
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+        labels=labels,
+    )
+
+
+def _int_label(labels: Mapping[str, str], key: str, default: int, node: str, problems: _Problems) -> int:
+    raw = labels.get(key)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        problems.add(f"node {node}: label {key}={raw!r} is not a number")
+        return default
+
+
+def parse_pod(obj: JsonObject, problems: _Problems) -> Pod | None:
+    """A Pod with its GPU requests (extended resources: the limits, summed over containers)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    if not namespace or not name:
+        problems.add("a pod without namespace or name was skipped")
+        return None
+    where = f"pod {namespace}/{name}"
+    requests: dict[str, float] = {}
+    for container in spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        # Extended resources cannot be overcommitted: limits == requests, and limits alone are allowed.
+        merged = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        for res, qty in _gpu_resources(merged, where, problems).items():
+            requests[res] = requests.get(res, 0.0) + qty
+    for container in spec.get("initContainers") or []:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        for res, qty in _gpu_resources(merged, where, problems).items():
+            requests[res] = max(requests.get(res, 0.0), qty)
+    finished = [
+        _time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for cs in status.get("containerStatuses") or []
+    ]
+    done = [t for t in finished if t is not None]
+    containers = spec.get("containers") or [{}]
+    return Pod(
+        namespace=namespace,
+        name=name,
+        uid=meta.get("uid", ""),
+        phase=status.get("phase", "Unknown"),
+        created_at=_time(meta.get("creationTimestamp")) or datetime(1970, 1, 1, tzinfo=UTC),
+        node=spec.get("nodeName") or None,
+        started_at=_time(status.get("startTime")),
+        finished_at=max(done) if done and status.get("phase") in ("Succeeded", "Failed") else None,
+        labels=meta.get("labels") or {},
+        gpu_requests=requests,
+        node_selector_product=_selected_product(spec),
+        container=containers[0].get("name", ""),
+    )
+
+
+def _selected_product(spec: JsonObject) -> str | None:
+    """The GPU product a pod is pinned to by nodeSelector or required node affinity, if one pool."""
+    selected = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    if selected:
+        return str(selected)
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in affinity.get("nodeSelectorTerms") or []:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In":
+                values = expr.get("values") or []
+                if values and len({normalize_product(v) for v in values}) == 1:
+                    return str(values[0])
+    return None
+
+
+def is_exporter_pod(obj: JsonObject) -> bool:
+    containers = (obj.get("spec") or {}).get("containers") or []
+    return any(c.get("name") in EXPORTER_CONTAINERS for c in containers)
+
+
+def parse_namespace(obj: JsonObject) -> Namespace:
+    meta = obj.get("metadata") or {}
+    return Namespace(name=meta.get("name", ""), labels=meta.get("labels") or {})
+
+
+def parse_quota(obj: JsonObject, problems: _Problems) -> ResourceQuota | None:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    where = f"resourcequota {meta.get('namespace')}/{meta.get('name')}"
+
+    def gpu_only(values: Mapping[str, Any]) -> dict[str, float]:
+        stripped = {k.removeprefix("requests.").removeprefix("limits."): v for k, v in values.items()}
+        return {f"requests.{k}": v for k, v in _gpu_resources(stripped, where, problems).items()}
+
+    hard = gpu_only(status.get("hard") or (obj.get("spec") or {}).get("hard") or {})
+    if not hard:
+        return None
+    return ResourceQuota(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        hard=hard,
+        used=gpu_only(status.get("used") or {}),
+    )

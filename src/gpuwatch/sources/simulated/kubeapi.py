@@ -1,0 +1,617 @@
+"""A Kubernetes API test server speaking the real core/v1 list protocol over a simulated fleet."""
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, cast
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from gpuwatch.sources.simulated.fleet import SimulatedFleet
+from gpuwatch.sources.simulated.kubeobjects import (
+    KUBELET_VERSION,
+    JsonObject,
+    namespace_object,
+    node_object,
+    pod_object,
+    quota_object,
+    status_object,
+)
+
+__all__ = [
+    "DEFAULT_TOKEN",
+    "SERVICE_ACCOUNT_USER",
+    "KubeApiServer",
+    "namespace_object",
+    "node_object",
+    "pod_object",
+    "quota_object",
+    "status_object",
+    "write_kubeconfig",
+]
+
+DEFAULT_TOKEN = "gpuwatch-test-token"
+SERVICE_ACCOUNT_USER = "system:serviceaccount:monitoring:gpuwatch"
+# List resourceVersions start above every object's own resourceVersion (kubeobjects keeps those < 91000).
+_BASE_RESOURCE_VERSION = 100_000
+_PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+_EXPIRED_MESSAGE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Resource:
+    name: str  # plural, as in URLs and RBAC
+    singular: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...]
+    fields: frozenset[str]  # field selectors the real API server accepts for this resource
+
+
+_POD_FIELDS = frozenset(
+    {
+        "metadata.name",
+        "metadata.namespace",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    }
+)
+_NAMES = frozenset({"metadata.name", "metadata.namespace"})
+_RESOURCES = {
+    r.name: r
+    for r in (
+        _Resource("pods", "pod", "Pod", True, ("po",), _POD_FIELDS),
+        _Resource(
+            "nodes", "node", "Node", False, ("no",), frozenset({"metadata.name", "spec.unschedulable"})
+        ),
+        _Resource(
+            "namespaces",
+            "namespace",
+            "Namespace",
+            False,
+            ("ns",),
+            frozenset({"metadata.name", "status.phase"}),
+        ),
+        _Resource("resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), _NAMES),
+    )
+}
+_FIELD_DEFAULTS = {"spec.hostNetwork": "false", "spec.unschedulable": "false"}
+
+
+class ApiError(Exception):
+    """A request the server answers with a `kind: Status` failure."""
+
+    def __init__(self, code: int, reason: str, message: str, *, details: JsonObject | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.body = status_object(code, reason, message, details=details)
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Selectors
+
+_FIELD_TERM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(==|!=|=)\s*(.*?)\s*$")
+_LABEL_KEY = r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_LABEL_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+_LABEL_EQ = re.compile(rf"^\s*({_LABEL_KEY})\s*(==|!=|=)\s*({_LABEL_VALUE})\s*$")
+_LABEL_SET = re.compile(rf"^\s*({_LABEL_KEY})\s+(in|notin)\s*\(([^()]*)\)\s*$")
+_LABEL_EXISTS = re.compile(rf"^\s*(!?)\s*({_LABEL_KEY})\s*$")
+
+Predicate = Callable[[JsonObject], bool]
+
+
+def _field_value(obj: JsonObject, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+        return _FIELD_DEFAULTS.get(path, "")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_field_selector(text: str, resource: str) -> list[Predicate]:
+    """Predicates of a fieldSelector ("status.phase=Running,spec.nodeName!=n1"); unknown fields are a 400."""
+    supported = _RESOURCES[resource].fields
+    out: list[Predicate] = []
+    for term in (t for t in text.split(",") if t.strip()):
+        match = _FIELD_TERM.match(term)
+        if match is None:
+            raise _bad_request(f"invalid field selector: {term!r}: expected an operator ('=', '==' or '!=')")
+        field, op, wanted = match.groups()
+        if field not in supported:
+            raise _bad_request(f"field label not supported: {field}")
+
+        def pred(
+            obj: JsonObject, field: str = field, wanted: str = wanted, negate: bool = op == "!="
+        ) -> bool:
+            return (_field_value(obj, field) == wanted) != negate
+
+        out.append(pred)
+    return out
+
+
+def _split_terms(text: str) -> list[str]:
+    """Split a label selector on the commas that are not inside `in (...)` value sets."""
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            terms.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    terms.append("".join(current))
+    return [t for t in terms if t.strip()]
+
+
+def parse_label_selector(text: str) -> list[Predicate]:
+    """Predicates of a labelSelector: `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`."""
+    out: list[Predicate] = []
+
+    def labels(obj: JsonObject) -> dict[str, str]:
+        found = obj.get("metadata", {}).get("labels") if isinstance(obj.get("metadata"), dict) else None
+        return found if isinstance(found, dict) else {}
+
+    for term in _split_terms(text):
+        if m := _LABEL_EQ.match(term):
+            key, op, value = m.groups()
+
+            def eq(obj: JsonObject, key: str = key, value: str = value, negate: bool = op == "!=") -> bool:
+                return (labels(obj).get(key) == value) != negate
+
+            out.append(eq)
+        elif m := _LABEL_SET.match(term):
+            key, op, raw = m.groups()
+            values = frozenset(v.strip() for v in raw.split(","))
+
+            def member(
+                obj: JsonObject, key: str = key, values: frozenset[str] = values, negate: bool = op == "notin"
+            ) -> bool:
+                return (labels(obj).get(key) in values) != negate
+
+            out.append(member)
+        elif m := _LABEL_EXISTS.match(term):
+            bang, key = m.groups()
+
+            def exists(obj: JsonObject, key: str = key, negate: bool = bang == "!") -> bool:
+                return (key in labels(obj)) != negate
+
+            out.append(exists)
+        else:
+            raise _bad_request(f"unable to parse requirement: {term.strip()!r}: invalid label selector")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+class KubeApiServer:
+    """Serves a SimulatedFleet at `fleet.now` as a read-only core/v1 API server on 127.0.0.1.
+
+    Lists paginate with `limit`/`continue` (opaque base64 JSON tokens holding the list resourceVersion
+    and an offset) and answer 410 Expired once `expire_continue_tokens()` moved the resourceVersion on
+    or a token outlived `continue_ttl_seconds`. With a `token`, every API path wants
+    `Authorization: Bearer <token>` (401 otherwise); resources in `forbidden` answer 403.
+    `extra_pods` are raw Pod objects appended to pod lists as-is (to inject malformed data).
+    """
+
+    def __init__(
+        self,
+        fleet: SimulatedFleet,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = DEFAULT_TOKEN,
+        forbidden: Collection[str] = (),
+        continue_ttl_seconds: float | None = None,
+        extra_pods: Sequence[JsonObject] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        unknown = set(forbidden) - set(_RESOURCES)
+        if unknown:
+            raise ValueError(f"forbidden names unknown resources: {sorted(unknown)}")
+        self.fleet = fleet
+        self.host = host
+        self.port = port
+        self.token = token
+        self.forbidden = frozenset(forbidden)
+        self.continue_ttl_seconds = continue_ttl_seconds
+        self.request_log: list[tuple[str, str, int]] = []
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._epoch = 0
+        self._httpd: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+        pods = sorted(fleet.api_pods(), key=lambda p: (p.namespace, p.name))
+        self._objects: dict[str, list[JsonObject]] = {
+            "pods": [pod_object(fleet, p) for p in pods] + [dict(p) for p in extra_pods],
+            "nodes": [node_object(fleet, n) for n in sorted(fleet.nodes, key=lambda n: n.name)],
+            "namespaces": [
+                namespace_object(fleet, n) for n in sorted(fleet.namespaces, key=lambda n: n.name)
+            ],
+            "resourcequotas": [
+                quota_object(fleet, q) for q in sorted(fleet.quotas, key=lambda q: (q.namespace, q.name))
+            ],
+        }
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Bind and serve in a daemon thread (it dies with the process if close() is never called)."""
+        if self._httpd is not None:
+            return self
+        httpd = _HttpServer((self.host, self.port), _Handler)
+        httpd.api = self
+        self.port = httpd.server_address[1]
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kubeapi-sim", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("KubeApiServer is not started")
+        return f"http://{self.host}:{self.port}"
+
+    def close(self) -> None:
+        """Stop serving and release the port; safe to call twice."""
+        httpd, thread = self._httpd, self._thread
+        self._httpd, self._thread = None, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+            httpd.drop_connections()
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- resourceVersion and continue tokens -----------------------------------------------------
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return str(_BASE_RESOURCE_VERSION + self._epoch)
+
+    def expire_continue_tokens(self) -> None:
+        """Move the resourceVersion on (as a compaction would): every token issued so far answers 410."""
+        with self._lock:
+            self._epoch += 1
+
+    def write_kubeconfig(self, path: str | os.PathLike[str], *, context: str = "gpuwatch-sim") -> None:
+        write_kubeconfig(path, server_url=self.url, token=self.token, context=context)
+
+    def _encode_continue(self, rv: str, offset: int, query: str) -> str:
+        payload = {"v": "meta.k8s.io/v1", "rv": int(rv), "start": offset, "q": query, "t": self._clock()}
+        raw = json.dumps(payload, separators=(",", ":")).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    def _decode_continue(self, token: str, query: str, rv: str) -> int:
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            payload = json.loads(raw)
+            offset, token_rv, issued, token_query = (
+                payload["start"],
+                payload["rv"],
+                payload["t"],
+                payload["q"],
+            )
+            if not isinstance(offset, int) or offset < 0 or not isinstance(token_rv, int):
+                raise ValueError("bad offset")
+        except (binascii.Error, ValueError, KeyError, TypeError) as e:
+            raise _bad_request(f"continue key is not valid: {e}") from e
+        if token_query != query:
+            raise _bad_request("continue key is not valid: it was issued for a different list request")
+        too_old = (
+            self.continue_ttl_seconds is not None
+            and self._clock() - float(issued) > self.continue_ttl_seconds
+        )
+        if str(token_rv) != rv or too_old:
+            fresh = self._encode_continue(rv, offset, query)
+            error = ApiError(410, "Expired", _EXPIRED_MESSAGE)
+            error.body["metadata"] = {"continue": fresh}
+            raise error
+        return offset
+
+    # -- request handling ------------------------------------------------------------------------
+
+    def log_request(self, method: str, target: str, code: int) -> None:
+        with self._lock:
+            self.request_log.append((method, target, code))
+
+    def handle(self, method: str, target: str, authorization: str | None) -> tuple[int, str, bytes]:
+        """Answer one request: (HTTP status, content type, body)."""
+        parts = urlsplit(target)
+        path = "/" + "/".join(s for s in unquote(parts.path).split("/") if s)
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        try:
+            self._authenticate(path, authorization)
+            if method not in ("GET", "HEAD"):
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            if path in ("/healthz", "/livez", "/readyz"):
+                return 200, "text/plain; charset=utf-8", b"ok"
+            body = self._route(path, query)
+            code = 200
+        except ApiError as e:
+            body, code = e.body, e.code
+        except Exception as e:  # a bug here must still answer like an API server, not drop the connection
+            body, code = status_object(500, "InternalError", f"an error on the server ({e!r})"), 500
+        return code, "application/json", json.dumps(body, separators=(",", ":")).encode()
+
+    def _authenticate(self, path: str, authorization: str | None) -> None:
+        if self.token is None:
+            return
+        if authorization is None and path in _PUBLIC_PATHS:
+            return  # anonymous requests may read /version and health (system:public-info-viewer)
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not _same(given.strip(), self.token):
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def _route(self, path: str, query: dict[str, str]) -> JsonObject:
+        seg = path.strip("/").split("/") if path != "/" else []
+        if seg == ["version"]:
+            return _VERSION
+        if seg == ["api"]:
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                ],
+            }
+        if seg == ["apis"]:
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+        if seg == ["api", "v1"]:
+            return _discovery()
+        if len(seg) >= 3 and seg[:2] == ["api", "v1"]:
+            rest = seg[2:]
+            if len(rest) == 1 and rest[0] in _RESOURCES:
+                return self._list(rest[0], None, query)
+            if len(rest) == 2 and rest[0] in ("nodes", "namespaces"):
+                return self._get(rest[0], None, rest[1])
+            if len(rest) in (3, 4) and rest[0] == "namespaces" and rest[2] in ("pods", "resourcequotas"):
+                if len(rest) == 3:
+                    return self._list(rest[2], rest[1], query)
+                return self._get(rest[2], rest[1], rest[3])
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+
+    def _authorize(self, verb: str, resource: str, namespace: str | None, name: str | None) -> None:
+        if resource not in self.forbidden:
+            return
+        scope = f'in the namespace "{namespace}"' if namespace is not None else "at the cluster scope"
+        subject = f'{resource} "{name}"' if name is not None else resource
+        message = (
+            f'{subject} is forbidden: User "{SERVICE_ACCOUNT_USER}" cannot {verb} resource "{resource}" '
+            f'in API group "" {scope}'
+        )
+        details: JsonObject = {"kind": resource} if name is None else {"name": name, "kind": resource}
+        raise ApiError(403, "Forbidden", message, details=details)
+
+    def _get(self, resource: str, namespace: str | None, name: str) -> JsonObject:
+        self._authorize("get", resource, namespace, name)
+        for obj in self._objects[resource]:
+            found = obj.get("metadata")
+            meta: JsonObject = found if isinstance(found, dict) else {}
+            if meta.get("name") == name and (namespace is None or meta.get("namespace") == namespace):
+                return _with_kind(obj, _RESOURCES[resource].kind)
+        raise ApiError(
+            404, "NotFound", f'{resource} "{name}" not found', details={"name": name, "kind": resource}
+        )
+
+    def _list(self, resource: str, namespace: str | None, query: dict[str, str]) -> JsonObject:
+        self._authorize("list", resource, namespace, None)
+        if query.get("watch") in ("true", "1"):
+            raise _bad_request("watch is not supported by the gpuwatch simulated API server")
+        predicates = parse_field_selector(query.get("fieldSelector", ""), resource)
+        predicates += parse_label_selector(query.get("labelSelector", ""))
+        items = [
+            obj
+            for obj in self._objects[resource]
+            if (namespace is None or _field_value(obj, "metadata.namespace") == namespace)
+            and all(p(obj) for p in predicates)
+        ]
+        limit = _limit(query.get("limit", ""))
+        token = query.get("continue", "")
+        rv = self.resource_version
+        list_query = hashlib.sha256(
+            json.dumps(
+                [resource, namespace, query.get("fieldSelector", ""), query.get("labelSelector", "")]
+            ).encode()
+        ).hexdigest()[:16]
+        start = 0
+        if token:
+            if query.get("resourceVersion"):
+                raise _bad_request("specifying resource version is not allowed when using continue")
+            start = self._decode_continue(token, list_query, rv)
+        end = len(items) if limit <= 0 else min(len(items), start + limit)
+        meta: JsonObject = {"resourceVersion": rv}
+        if end < len(items):
+            meta["continue"] = self._encode_continue(rv, end, list_query)
+            meta["remainingItemCount"] = len(items) - end
+        return {
+            "kind": f"{_RESOURCES[resource].kind}List",
+            "apiVersion": "v1",
+            "metadata": meta,
+            "items": items[start:end],
+        }
+
+
+def _same(given: str, expected: str) -> bool:
+    return hashlib.sha256(given.encode()).digest() == hashlib.sha256(expected.encode()).digest()
+
+
+def _limit(text: str) -> int:
+    if not text:
+        return 0
+    try:
+        return int(text)
+    except ValueError as e:
+        raise _bad_request(f"invalid limit {text!r}: must be an integer") from e
+
+
+def _with_kind(obj: JsonObject, kind: str) -> JsonObject:
+    return {"apiVersion": "v1", "kind": kind} | {
+        k: v for k, v in obj.items() if k not in ("apiVersion", "kind")
+    }
+
+
+def _discovery() -> JsonObject:
+    return {
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {
+                "name": r.name,
+                "singularName": r.singular,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "list"],
+                "shortNames": list(r.short_names),
+            }
+            for r in _RESOURCES.values()
+        ],
+    }
+
+
+_VERSION: JsonObject = {
+    "major": "1",
+    "minor": KUBELET_VERSION.split(".")[1],
+    "gitVersion": f"{KUBELET_VERSION}+gpuwatch-sim",
+    "gitCommit": hashlib.sha1(b"gpuwatch-sim", usedforsecurity=False).hexdigest(),
+    "gitTreeState": "clean",
+    "buildDate": "2024-12-10T18:44:00Z",
+    "goVersion": "go1.22.9",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    api: KubeApiServer
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        """Cut kept-alive client connections, so nothing is answered once the server is closed."""
+        with self.connections_lock:
+            open_now = list(self.connections)
+        for conn in open_now:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "gpuwatch-kubeapi-sim"
+    timeout = 30  # idle kept-alive connections end by themselves
+    disable_nagle_algorithm = True  # headers and body go out in two writes; do not wait for delayed ACKs
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)  # drain a body so the kept-alive connection stays in step
+        api = cast(_HttpServer, self.server).api
+        code, content_type, body = api.handle(self.command, self.path, self.headers.get("Authorization"))
+        api.log_request(self.command, self.path, code)
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read `KubeApiServer.request_log` instead of stderr."""
+
+
+def write_kubeconfig(
+    path: str | os.PathLike[str],
+    *,
+    server_url: str,
+    token: str | None,
+    context: str = "gpuwatch-sim",
+    namespace: str = "default",
+) -> None:
+    """Write a standard kubeconfig (one cluster, user, context, made current), mode 0600: it holds a token."""
+    user: JsonObject = {"token": token} if token is not None else {}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "users": [{"name": context, "user": user}],
+        "contexts": [
+            {"name": context, "context": {"cluster": context, "user": context, "namespace": namespace}}
+        ],
+        "current-context": context,
+    }
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        yaml.safe_dump(config, f, sort_keys=False)

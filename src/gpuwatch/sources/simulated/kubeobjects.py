@@ -1,0 +1,438 @@
+"""The simulated fleet rendered as Kubernetes core/v1 JSON objects, as a real API server returns them."""
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from gpuwatch.model import Namespace, Node, Pod, ResourceQuota, utc
+from gpuwatch.sources.simulated.fleet import (
+    DRIVER_VERSION,
+    EXPORTER_NAMESPACE,
+    SimulatedFleet,
+    stable_hex,
+)
+
+JsonObject = dict[str, Any]
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+KUBELET_VERSION = "v1.31.4"
+EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:3.3.5-3.4.0-ubuntu22.04"
+_IMAGES: Mapping[str, str] = {
+    "training": "nvcr.io/nvidia/pytorch:24.05-py3",
+    "stuck": "nvcr.io/nvidia/pytorch:24.05-py3",
+    "inference": "nvcr.io/nvidia/tritonserver:24.05-py3",
+    "notebook": "quay.io/jupyter/pytorch-notebook:cuda12-2024-06-03",
+    "batch": "nvcr.io/nvidia/cuda:12.4.1-runtime-ubuntu22.04",
+    "nvidia-dcgm-exporter": EXPORTER_IMAGE,
+}
+_DEFAULT_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+
+
+def rfc3339(dt: datetime) -> str:
+    """A timestamp as the API server writes it: UTC, whole seconds, `Z` suffix."""
+    return utc(dt).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def quantity(value: float) -> str:
+    """A resource quantity in canonical form: "8", "0", "500m" (extended resources are integers)."""
+    if float(value).is_integer():
+        return str(int(value))
+    milli = round(value * 1000)
+    return f"{milli}m"
+
+
+def resource_version(*parts: object) -> str:
+    """A stable per-object resourceVersion, always below every list resourceVersion the server issues."""
+    return str(1000 + int(stable_hex("rv", *parts, n=8), 16) % 90_000)
+
+
+def uid(*parts: object) -> str:
+    h = stable_hex("uid", *parts, n=32)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def node_internal_ip(fleet: SimulatedFleet, node: str) -> str:
+    i = next((k for k, n in enumerate(fleet.nodes) if n.name == node), 0)
+    return f"172.20.{i // 250}.{i % 250 + 10}"
+
+
+def _pod_ip(fleet: SimulatedFleet, pod: Pod) -> str:
+    target = next(
+        (t for t in fleet.targets if t.pod == pod.name and pod.namespace == EXPORTER_NAMESPACE), None
+    )
+    if target is not None:
+        return target.ip
+    i = next((k for k, n in enumerate(fleet.nodes) if n.name == pod.node), 0)
+    host = int(stable_hex(pod.uid, n=6), 16) % 250 + 2
+    return f"10.244.{i}.{host}"
+
+
+def _meta(
+    *,
+    name: str,
+    created: datetime,
+    namespace: str | None = None,
+    object_uid: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> JsonObject:
+    meta: JsonObject = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["uid"] = object_uid or uid(namespace or "", name)
+    meta["resourceVersion"] = resource_version(namespace or "", name)
+    meta["creationTimestamp"] = rfc3339(created)
+    if labels:
+        meta["labels"] = dict(labels)
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Pods
+
+
+def pod_object(fleet: SimulatedFleet, pod: Pod) -> JsonObject:
+    """The Pod as `GET /api/v1/namespaces/{ns}/pods/{name}` returns it at `fleet.now`."""
+    exporter = pod.namespace == EXPORTER_NAMESPACE and any(t.pod == pod.name for t in fleet.targets)
+    meta = _meta(
+        name=pod.name, namespace=pod.namespace, created=pod.created_at, object_uid=pod.uid, labels=pod.labels
+    )
+    if exporter:
+        meta["generateName"] = "nvidia-dcgm-exporter-"
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "name": "nvidia-dcgm-exporter",
+                "uid": uid(EXPORTER_NAMESPACE, "daemonset", "nvidia-dcgm-exporter"),
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": _pod_spec(pod, exporter=exporter),
+        "status": _pod_status(fleet, pod, exporter=exporter),
+    }
+
+
+def _pod_spec(pod: Pod, *, exporter: bool) -> JsonObject:
+    gpus = sum(pod.gpu_requests.values())
+    cpu = quantity(max(1.0, 8.0 * gpus)) if not exporter else "100m"
+    memory = f"{int(max(4, 32 * gpus))}Gi" if not exporter else "128Mi"
+    requests = {"cpu": cpu, "memory": memory} | {r: quantity(q) for r, q in pod.gpu_requests.items()}
+    resources: JsonObject = {"requests": requests}
+    if not exporter:
+        # Extended resources must have limits == requests; cpu/memory too, so the pod is Guaranteed.
+        resources["limits"] = dict(requests)
+    container: JsonObject = {
+        "name": pod.container,
+        "image": _IMAGES.get(pod.container, _DEFAULT_IMAGE),
+        "imagePullPolicy": "IfNotPresent",
+        "resources": resources,
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    if exporter:
+        container["ports"] = [{"containerPort": 9400, "name": "metrics", "protocol": "TCP"}]
+    tolerations: list[JsonObject] = [
+        {"key": NOT_READY_TAINT, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        },
+    ]
+    if pod.gpu_requests or exporter:
+        tolerations.insert(0, {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+    batch = pod.labels.get("gpuwatch.io/archetype") == "batch" or pod.phase in ("Succeeded", "Failed")
+    spec: JsonObject = {
+        "containers": [container],
+        "dnsPolicy": "ClusterFirst",
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "priority": 0,
+        "restartPolicy": "Never" if batch else "Always",
+        "schedulerName": "default-scheduler",
+        "securityContext": {},
+        "serviceAccount": "nvidia-dcgm-exporter" if exporter else "default",
+        "serviceAccountName": "nvidia-dcgm-exporter" if exporter else "default",
+        "terminationGracePeriodSeconds": 30,
+        "tolerations": tolerations,
+    }
+    if pod.node_selector_product:
+        spec["nodeSelector"] = {GPU_PRODUCT_LABEL: pod.node_selector_product}
+    if pod.node:
+        spec["nodeName"] = pod.node
+    return spec
+
+
+def _condition(kind: str, status: bool, when: datetime, reason: str = "", message: str = "") -> JsonObject:
+    cond: JsonObject = {
+        "type": kind,
+        "status": "True" if status else "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": rfc3339(when),
+    }
+    if reason:
+        cond["reason"] = reason
+    if message:
+        cond["message"] = message
+    return cond
+
+
+def _pod_status(fleet: SimulatedFleet, pod: Pod, *, exporter: bool) -> JsonObject:
+    qos = "Burstable" if exporter else "Guaranteed"
+    if pod.phase == "Pending" or pod.node is None:
+        message = _unschedulable_message(fleet, pod)
+        return {
+            "phase": pod.phase,
+            "conditions": [_condition("PodScheduled", False, pod.created_at, "Unschedulable", message)],
+            "qosClass": qos,
+        }
+    started = pod.started_at or pod.created_at
+    node_ready = next((n.ready for n in fleet.nodes if n.name == pod.node), True)
+    image = _IMAGES.get(pod.container, _DEFAULT_IMAGE)
+    container: JsonObject = {
+        "name": pod.container,
+        "image": image,
+        "imageID": f"{image}@sha256:{stable_hex('image', image, n=64)}",
+        "containerID": f"containerd://{stable_hex('container', pod.uid, n=64)}",
+        "lastState": {},
+        "restartCount": 0,
+    }
+    if pod.phase in ("Succeeded", "Failed"):
+        finished = pod.finished_at or fleet.now
+        ok = pod.phase == "Succeeded"
+        container |= {
+            "ready": False,
+            "started": False,
+            "state": {
+                "terminated": {
+                    "exitCode": 0 if ok else 1,
+                    "reason": "Completed" if ok else "Error",
+                    "startedAt": rfc3339(started),
+                    "finishedAt": rfc3339(finished),
+                    "containerID": container["containerID"],
+                }
+            },
+        }
+        ready = False
+        ready_since = finished
+        ready_reason = "PodCompleted" if ok else "PodFailed"
+    else:
+        ready = node_ready
+        ready_since = started if node_ready else fleet.window.start
+        ready_reason = "" if node_ready else "ContainersNotReady"
+        container |= {"ready": ready, "started": True, "state": {"running": {"startedAt": rfc3339(started)}}}
+    pod_ip = _pod_ip(fleet, pod)
+    return {
+        "phase": pod.phase,
+        "conditions": [
+            _condition("PodReadyToStartContainers", pod.phase == "Running", started),
+            _condition("Initialized", True, started),
+            _condition("Ready", ready, ready_since, ready_reason),
+            _condition("ContainersReady", ready, ready_since, ready_reason),
+            _condition("PodScheduled", True, started),
+        ],
+        "hostIP": node_internal_ip(fleet, pod.node),
+        "hostIPs": [{"ip": node_internal_ip(fleet, pod.node)}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": rfc3339(started),
+        "containerStatuses": [container],
+        "qosClass": qos,
+    }
+
+
+def _unschedulable_message(fleet: SimulatedFleet, pod: Pod) -> str:
+    """The scheduler's FailedScheduling summary: why each node was rejected."""
+    reasons: dict[str, int] = {}
+    wanted = ", ".join(sorted(pod.gpu_requests)) or "cpu"
+    for node in fleet.nodes:
+        if node.unschedulable:
+            reason = "node(s) were unschedulable"
+        elif not node.ready:
+            reason = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
+        elif pod.node_selector_product and node.labels.get(GPU_PRODUCT_LABEL) != pod.node_selector_product:
+            reason = "node(s) didn't match Pod's node affinity/selector"
+        else:
+            reason = f"Insufficient {wanted}"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    total = len(fleet.nodes)
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (
+        f"0/{total} nodes are available: {parts}. preemption: 0/{total} nodes are available: "
+        f"{total} No preemption victims found for incoming pod."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes
+
+
+def node_object(fleet: SimulatedFleet, node: Node) -> JsonObject:
+    """The Node as `GET /api/v1/nodes/{name}`: GFD labels, GPU capacity/allocatable, conditions."""
+    created = fleet.window.start - timedelta(days=180)
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    }
+    labels |= dict(node.labels)
+    labels.setdefault("kubernetes.io/hostname", node.name)
+    labels.setdefault(GPU_PRODUCT_LABEL, node.product)
+    cpus = max(8, 16 * node.gpu_count)
+    memory_kib = max(64, 128 * node.gpu_count) * 1024 * 1024
+    capacity = {
+        "cpu": str(cpus),
+        "ephemeral-storage": "1968874900Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": f"{memory_kib}Ki",
+        "pods": "110",
+    }
+    allocatable = capacity | {
+        "cpu": f"{cpus * 1000 - 100}m",
+        "ephemeral-storage": "1814505034176",
+        "memory": f"{memory_kib - 1024 * 1024}Ki",
+    }
+    capacity |= {r: quantity(q) for r, q in node.capacity.items()}
+    allocatable |= {r: quantity(q) for r, q in node.allocatable.items()}
+    node_index = next((k for k, n in enumerate(fleet.nodes) if n.name == node.name), 0)
+    spec: JsonObject = {
+        "podCIDR": f"10.244.{node_index}.0/24",
+        "podCIDRs": [f"10.244.{node_index}.0/24"],
+        "providerID": f"gce://gpuwatch-sim/us-central1-a/{node.name}",
+    }
+    taints: list[JsonObject] = []
+    if node.unschedulable:
+        spec["unschedulable"] = True
+        taints.append(
+            {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule", "timeAdded": rfc3339(fleet.window.start)}
+        )
+    if not node.ready:
+        for effect in ("NoSchedule", "NoExecute"):
+            taints.append(
+                {"key": NOT_READY_TAINT, "effect": effect, "timeAdded": rfc3339(fleet.window.start)}
+            )
+    if taints:
+        spec["taints"] = taints
+    now = fleet.now
+    healthy = created + timedelta(minutes=2)
+    pressure = [
+        ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ]
+    conditions = [
+        {
+            "type": kind,
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": rfc3339(now),
+            "lastTransitionTime": rfc3339(healthy),
+        }
+        for kind, reason, message in pressure
+    ]
+    if node.ready:
+        ready = {"status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+        ready_since = healthy
+    else:
+        ready = {
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s",
+        }
+        ready_since = fleet.window.start
+    conditions.append(
+        {"type": "Ready"}
+        | ready
+        | {"lastHeartbeatTime": rfc3339(now), "lastTransitionTime": rfc3339(ready_since)}
+    )
+    ip = node_internal_ip(fleet, node.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": _meta(name=node.name, created=created, labels=labels)
+        | {
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "nvidia.com/gpu-driver-upgrade-enabled": "true",
+            }
+        },
+        "spec": spec,
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": node.name}],
+            "allocatable": allocatable,
+            "capacity": capacity,
+            "conditions": conditions,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": uid(node.name, "boot"),
+                "containerRuntimeVersion": "containerd://1.7.22",
+                "kernelVersion": "5.15.0-1057-gcp",
+                "kubeProxyVersion": KUBELET_VERSION,
+                "kubeletVersion": KUBELET_VERSION,
+                "machineID": stable_hex("machine", node.name, n=32),
+                "operatingSystem": "linux",
+                "osImage": f"Ubuntu 22.04.4 LTS (NVIDIA driver {DRIVER_VERSION})",
+                "systemUUID": uid(node.name, "system"),
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Namespaces and quotas
+
+
+def namespace_object(fleet: SimulatedFleet, namespace: Namespace) -> JsonObject:
+    """The Namespace as `GET /api/v1/namespaces/{name}` returns it (labels carry the team)."""
+    labels = {"kubernetes.io/metadata.name": namespace.name} | dict(namespace.labels)
+    created = fleet.window.start - timedelta(days=120)
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": _meta(name=namespace.name, created=created, labels=labels),
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def quota_object(fleet: SimulatedFleet, quota: ResourceQuota) -> JsonObject:
+    """The ResourceQuota: spec.hard, status.hard and status.used as quantity strings."""
+    hard = {r: quantity(q) for r, q in quota.hard.items()}
+    used = {r: quantity(quota.used.get(r, 0.0)) for r in quota.hard} | {
+        r: quantity(q) for r, q in quota.used.items()
+    }
+    created = fleet.window.start - timedelta(days=90)
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _meta(name=quota.name, namespace=quota.namespace, created=created),
+        "spec": {"hard": hard},
+        "status": {"hard": dict(hard), "used": used},
+    }
+
+
+def status_object(code: int, reason: str, message: str, *, details: JsonObject | None = None) -> JsonObject:
+    """A `kind: Status` failure body, the shape every API server error has."""
+    body: JsonObject = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+    }
+    if details is not None:
+        body["details"] = details
+    body["code"] = code
+    return body

@@ -1,0 +1,138 @@
+"""KubernetesSource against the simulated API server: pagination, 410 restarts, auth, bad quantities."""
+
+import copy
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.errors import ConfigError, KubernetesError
+from gpuwatch.sources.kubernetes import KubernetesSource
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.sources.simulated.kubeobjects import pod_object
+
+pytestmark = pytest.mark.integration
+TOKEN = "sim-token"
+
+
+@pytest.fixture(scope="module")
+def fleet() -> SimulatedFleet:
+    return build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
+
+
+@pytest.fixture
+def api(fleet: SimulatedFleet, tmp_path: Path) -> Iterator[tuple[KubeApiServer, str]]:
+    with KubeApiServer(fleet, token=TOKEN) as server:
+        path = tmp_path / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        yield server, str(path)
+
+
+def test_cluster_state_matches_the_fleet(fleet: SimulatedFleet, api: tuple[KubeApiServer, str]) -> None:
+    server, kubeconfig = api
+    state = KubernetesSource(kubeconfig=kubeconfig, page_size=3).cluster_state()
+    assert {n.name for n in state.nodes} == {n.name for n in fleet.nodes}
+    by_name = {n.name: n for n in state.nodes}
+    for expected in fleet.nodes:
+        got = by_name[expected.name]
+        assert got.pool == expected.pool
+        assert got.gpu_count == expected.gpu_count
+        assert got.ready == expected.ready and got.unschedulable == expected.unschedulable
+        # Zero-valued stale resources (nvidia.com/gpu: 0, mig-7g.80gb: 0) are ignored.
+        assert got.allocatable == {r: q for r, q in expected.allocatable.items() if q > 0}
+        assert got.allocatable_gpus() == pytest.approx(expected.allocatable_gpus())
+    gpu_pods = {p.key: p for p in state.gpu_pods()}
+    expected_pods = {
+        p.key: p for p in fleet.api_pods() if p.gpu_requests and p.phase in ("Running", "Pending")
+    }
+    assert set(gpu_pods) == set(expected_pods)
+    for key, pod in expected_pods.items():
+        assert gpu_pods[key].gpu_requests == pod.gpu_requests
+        assert gpu_pods[key].node == pod.node
+        assert gpu_pods[key].started_at == pod.started_at
+        assert gpu_pods[key].phase == pod.phase
+    pending = [p for p in state.gpu_pods() if p.phase == "Pending"]
+    assert {p.node_selector_product for p in pending} == {"NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"}
+    assert state.exporter_pod_nodes == {t.pod: t.node for t in fleet.targets}
+    assert state.exporter_ip_nodes == {t.ip: t.node for t in fleet.targets}
+    assert {n.name for n in state.namespaces} == {n.name for n in fleet.namespaces}
+    assert state.skipped == 0 and state.warnings == ()
+    # Paginated with limit=3 and filtered server-side by phase.
+    lists = [path for method, path, code in server.request_log if "/api/v1/pods" in path]
+    assert any("limit=3" in p and "continue=" in p for p in lists)
+    assert any("fieldSelector=status.phase%3DRunning" in p for p in lists)
+
+
+def test_expired_continue_token_restarts_the_list(
+    fleet: SimulatedFleet, api: tuple[KubeApiServer, str]
+) -> None:
+    server, kubeconfig = api
+    source = KubernetesSource(kubeconfig=kubeconfig, page_size=5)
+    calls = {"n": 0}
+    original = server.handle
+
+    def expire_after_first_page(
+        method: str, target: str, authorization: str | None
+    ) -> tuple[int, str, bytes]:
+        if "/api/v1/nodes" in target and "continue=" in target and calls["n"] == 0:
+            calls["n"] += 1
+            server.expire_continue_tokens()
+        return original(method, target, authorization)
+
+    server.handle = expire_after_first_page  # type: ignore[method-assign]
+    items, restarts = source.list_raw("nodes")
+    assert restarts == 1
+    assert sorted(i["metadata"]["name"] for i in items) == sorted(n.name for n in fleet.nodes)
+    codes = [code for _, path, code in server.request_log if "/api/v1/nodes" in path]
+    assert 410 in codes
+
+
+def test_malformed_gpu_quantity_is_skipped_and_counted(fleet: SimulatedFleet, tmp_path: Path) -> None:
+    running = next(p for p in fleet.api_pods() if p.phase == "Running" and p.gpu_requests)
+    bad = copy.deepcopy(pod_object(fleet, running))
+    bad["metadata"]["name"] = "bad-quantity"
+    bad["metadata"]["uid"] = "00000000-0000-0000-0000-000000000001"
+    for c in bad["spec"]["containers"]:
+        c["resources"] = {"limits": {"nvidia.com/gpu": "abc"}, "requests": {"nvidia.com/gpu": "abc"}}
+    with KubeApiServer(fleet, token=TOKEN, extra_pods=[bad]) as server:
+        path = tmp_path / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        state = KubernetesSource(kubeconfig=str(path)).cluster_state()
+    assert state.skipped == 1
+    assert state.warnings == (
+        f"pod {running.namespace}/bad-quantity: malformed quantity nvidia.com/gpu='abc' skipped",
+    )
+    assert "bad-quantity" not in {p.name for p in state.gpu_pods()}
+
+
+def test_unauthorized_and_forbidden_are_clear(fleet: SimulatedFleet, tmp_path: Path) -> None:
+    with KubeApiServer(fleet, token=TOKEN, forbidden=["nodes"]) as server:
+        wrong = tmp_path / "wrong"
+        write_kubeconfig(wrong, server_url=server.url, token="not-the-token")
+        with pytest.raises(KubernetesError) as err:
+            KubernetesSource(kubeconfig=str(wrong)).cluster_state()
+        assert (
+            str(err.value)
+            == "kubernetes: unauthorized (401): the credentials in the kubeconfig were rejected"
+        )
+        right = tmp_path / "right"
+        write_kubeconfig(right, server_url=server.url, token=TOKEN)
+        source = KubernetesSource(kubeconfig=str(right))
+        with pytest.raises(KubernetesError, match=r"forbidden \(403\): nodes is forbidden: .* cannot list"):
+            source.cluster_state()
+        assert source.can_list("pods") is None
+        reason = source.can_list("nodes")
+        assert reason is not None and "403" in reason and "\n" not in reason
+
+
+def test_unreachable_server_and_bad_kubeconfig(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    write_kubeconfig(path, server_url="http://127.0.0.1:9", token=TOKEN)
+    with pytest.raises(KubernetesError, match=r"^kubernetes API at http://127.0.0.1:9 unreachable"):
+        KubernetesSource(kubeconfig=str(path), timeout_seconds=2).cluster_state()
+    with pytest.raises(ConfigError, match="kubernetes: cannot"):
+        KubernetesSource(kubeconfig=str(tmp_path / "missing")).cluster_state()
+    with pytest.raises(ConfigError, match="kubernetes: cannot load"):
+        KubernetesSource(kubeconfig=str(path), context="nope").cluster_state()
