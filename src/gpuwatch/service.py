@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 import numpy as np
+import pandas as pd
 
 from gpuwatch.config import Settings
-from gpuwatch.model import TeamRules
+from gpuwatch.model import TeamRules, ge_per_unit, normalize_product
+from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated.fleet import DEMO_NAMESPACE_TEAMS, SimulatedFleet, build_demo_fleet
 
 
@@ -162,3 +164,88 @@ def replay_openb_trace(
     trace = load_openb(Path(nodes_csv), Path(pods_csv))
     fleet = replay_openb(trace, start=start, days=days, step_seconds=step_seconds, seed=seed)
     return summary(fleet)
+
+
+# ---------------------------------------------------------------------------------------------
+# From sources to the frames analytics take.
+
+
+def pods_frame(state: ClusterState, rules: TeamRules, *, phase: str = "Running") -> pd.DataFrame:
+    """GPU pods of a phase with team, pool and requested GE (time-slice replicas sized by node)."""
+    nodes = {n.name: n for n in state.nodes}
+    ns_labels = {n.name: n.labels for n in state.namespaces}
+    rows = []
+    for pod in state.gpu_pods():
+        if pod.phase != phase:
+            continue
+        node = nodes.get(pod.node or "")
+        replicas = node.replicas if node else 1
+        rows.append(
+            {
+                "namespace": pod.namespace,
+                "pod": pod.name,
+                "team": rules.team_of(
+                    namespace=pod.namespace,
+                    pod_labels=pod.labels,
+                    namespace_labels=ns_labels.get(pod.namespace, {}),
+                ),
+                "node": pod.node or "",
+                "pool": node.pool if node else normalize_product(pod.node_selector_product or "") or "",
+                "requested_ge": sum(ge_per_unit(r, replicas) * q for r, q in pod.gpu_requests.items()),
+                "requested_gpus": sum(q for r, q in pod.gpu_requests.items()),
+                "started_at": pod.started_at,
+                "created_at": pod.created_at,
+            }
+        )
+    columns = [
+        "namespace",
+        "pod",
+        "team",
+        "node",
+        "pool",
+        "requested_ge",
+        "requested_gpus",
+        "started_at",
+        "created_at",
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
+    frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True)
+    return frame
+
+
+def nodes_frame(state: ClusterState) -> pd.DataFrame:
+    """One row per GPU node: pool, product, capacity and allocatable GE, readiness, cordon."""
+    return pd.DataFrame(
+        [
+            {
+                "node": n.name,
+                "pool": n.pool,
+                "product": n.product,
+                "replicas": n.replicas,
+                "capacity_ge": float(n.gpu_count),
+                "allocatable_ge": min(float(n.gpu_count), n.allocatable_gpus()),
+                "ready": n.ready,
+                "schedulable": not n.unschedulable,
+            }
+            for n in state.nodes
+        ],
+        columns=[
+            "node",
+            "pool",
+            "product",
+            "replicas",
+            "capacity_ge",
+            "allocatable_ge",
+            "ready",
+            "schedulable",
+        ],
+    )
+
+
+def namespace_teams(state: ClusterState, rules: TeamRules) -> dict[str, str]:
+    """Team of each namespace when nothing is known of the pod (its labels are gone with it)."""
+    return {
+        n.name: rules.team_of(namespace=n.name, pod_labels={}, namespace_labels=n.labels)
+        for n in state.namespaces
+    }

@@ -911,9 +911,8 @@ def _draw_utilization(rng: np.random.Generator, fleet: SimulatedFleet) -> np.nda
     l4 = [i for i, g in enumerate(fleet.gpus) if g.node.startswith("gpu-l4-") and g.index == 3]
     if l4:
         lo, hi = int(n * 0.3), int(n * 0.35)
-        held = {index[(a.uuid, a.gpu_instance_id)] for a in fleet.allocations}
-        if l4[0] not in held:
-            util[l4[0], lo:hi] = 0.5
+        free = ~_held_mask(fleet)[l4[0], lo:hi]
+        util[l4[0], lo:hi] = np.where(free, 0.5, util[l4[0], lo:hi])
     util = np.round(util, 6)
     util[fleet.missing_mask()] = np.nan
     return util

@@ -1,0 +1,1 @@
+"""Pure analytics: frames in, frames out; no I/O, no clock, no config object."""

@@ -1,0 +1,174 @@
+"""GPU samples × allocations → the attributed per-GPU timeline (SPEC §3 "Allocated", evidence combined)."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuwatch.model import MIG_SLICES_PER_GPU, mig_profile_slices
+from gpuwatch.schema import ATTRIBUTED
+
+_KEY = ["namespace", "pod"]
+_UNIT = ["node", "uuid", "gpu_instance_id"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """The attributed timeline and what could not be attributed."""
+
+    attributed: pd.DataFrame  # ATTRIBUTED contract
+    unattributed: pd.DataFrame  # timestamp, node, uuid, gpu_instance_id, ge, util_ratio: busy, no pod
+    pods_without_telemetry: int  # running pods attributed from the API server alone (unit unknown)
+
+
+def attribute(
+    *,
+    gpu_samples: pd.DataFrame,
+    pods: pd.DataFrame,
+    nodes: pd.DataFrame,
+    sample_times: pd.DatetimeIndex,
+    namespace_teams: Mapping[str, str],
+    history: pd.DataFrame | None = None,
+    busy_threshold: float = 0.05,
+) -> Attribution:
+    """Combine the three kinds of evidence of who held which GPU when.
+
+    gpu_samples: timestamp, node, uuid, gpu_instance_id, mig_profile, util_ratio, namespace, pod —
+      one row per unit and sample, or per unit, pod and sample for time-sliced GPUs (vgpu copies);
+      namespace/pod "" where DCGM named no workload.
+    pods: namespace, pod, team, node, pool, requested_ge, started_at — pods running now (API server).
+    nodes: node, pool, replicas — to size time-slice replicas and name pools.
+    history: timestamp, namespace, pod, team, node, pool, ge_share — gpuwatch's own allocation series.
+    namespace_teams: team of a namespace when the pod's own labels are unknown (pod gone).
+
+    DCGM labels say which unit a pod held and when; a pod running now holds its requested GE from
+    its start even where DCGM labels are missing (on its last known units, else on an unknown unit
+    with unknown utilization); the history series covers gone pods DCGM no longer shows.
+    """
+    replicas = nodes.set_index("node")["replicas"] if len(nodes) else pd.Series(dtype="int64")
+    pool_of = nodes.set_index("node")["pool"] if len(nodes) else pd.Series(dtype="str")
+    samples = gpu_samples.copy()
+    samples["unit_ge"] = _unit_ge(samples, replicas)
+    util_by_unit = samples.drop_duplicates(["timestamp", *_UNIT]).set_index(["timestamp", *_UNIT])[
+        "util_ratio"
+    ]
+
+    dcgm = samples[samples["pod"].ne("") & samples["namespace"].ne("")]
+    dcgm = dcgm.groupby(["timestamp", *_KEY, *_UNIT], as_index=False, sort=False).agg(
+        ge_share=("unit_ge", "sum"), util_ratio=("util_ratio", "first")
+    )
+    dcgm["ge_share"] = dcgm["ge_share"].clip(upper=1.0)
+    teams = pods.set_index(_KEY)["team"] if len(pods) else pd.Series(dtype="str")
+
+    filled = _fill_running(dcgm, pods, sample_times, util_by_unit)
+    parts = [dcgm, *filled]
+    if history is not None and len(history):
+        covered = pd.concat([p[["timestamp", *_KEY]] for p in parts], ignore_index=True).drop_duplicates()
+        hist = history.merge(covered, on=["timestamp", *_KEY], how="left", indicator=True)
+        hist = hist[hist["_merge"] == "left_only"].drop(columns="_merge")
+        hist = hist.assign(uuid="", gpu_instance_id="", util_ratio=np.nan)
+        parts.append(hist[["timestamp", *_KEY, *_UNIT, "ge_share", "util_ratio", "team", "pool"]])
+    out = pd.concat(parts, ignore_index=True)
+    out["team"] = _resolve_team(out, teams, history, namespace_teams)
+    pool_from_node = out["node"].map(pool_of)
+    if "pool" in out:
+        out["pool"] = pool_from_node.fillna(out["pool"]).fillna("unknown")
+    else:
+        out["pool"] = pool_from_node.fillna("unknown")
+    out = out[list(ATTRIBUTED.columns)].sort_values(["timestamp", *_KEY, "uuid", "gpu_instance_id"])
+    out = out.reset_index(drop=True)
+    for column in ("namespace", "pod", "team", "node", "pool", "uuid", "gpu_instance_id"):
+        out[column] = out[column].astype("str")
+    out["ge_share"] = out["ge_share"].astype("float64")
+    out["util_ratio"] = out["util_ratio"].astype("float64")
+
+    held_units = out.loc[out["uuid"].ne(""), ["timestamp", *_UNIT]].drop_duplicates()
+    units = samples.drop_duplicates(["timestamp", *_UNIT])
+    busy = units.merge(held_units, on=["timestamp", *_UNIT], how="left", indicator=True)
+    busy = busy[(busy["_merge"] == "left_only") & (busy["util_ratio"] >= busy_threshold)]
+    unattributed = busy[["timestamp", *_UNIT, "util_ratio"]].assign(
+        ge=busy["unit_ge"] * _replicas_of(busy, replicas)
+    )
+    pods_without_telemetry = int(sum(len(f[f["uuid"].eq("")][_KEY].drop_duplicates()) for f in filled))
+    return Attribution(
+        attributed=ATTRIBUTED.check(out),
+        unattributed=unattributed.reset_index(drop=True),
+        pods_without_telemetry=pods_without_telemetry,
+    )
+
+
+def _replicas_of(frame: pd.DataFrame, replicas: pd.Series) -> pd.Series:
+    """Time-slice replicas of each row's node (1 where unknown or not shared)."""
+    return frame["node"].map(replicas).fillna(1).clip(lower=1).astype("float64")
+
+
+def _unit_ge(samples: pd.DataFrame, replicas: pd.Series) -> pd.Series:
+    """GE of one DCGM row: a MIG instance is slices/7; a vgpu copy one replica; a whole GPU 1."""
+    profiles = (
+        samples["mig_profile"].fillna("") if "mig_profile" in samples else pd.Series("", index=samples.index)
+    )
+    slices = {p: mig_profile_slices(p) / MIG_SLICES_PER_GPU for p in profiles.unique() if p}
+    mig_ge = profiles.map(slices).astype("float64")
+    whole_ge = 1.0 / _replicas_of(samples, replicas)
+    return mig_ge.fillna(whole_ge)
+
+
+def _fill_running(
+    dcgm: pd.DataFrame, pods: pd.DataFrame, sample_times: pd.DatetimeIndex, util_by_unit: pd.Series
+) -> list[pd.DataFrame]:
+    """Rows for running pods at samples where DCGM did not name them (SPEC: held since startTime)."""
+    if not len(pods) or not len(sample_times):
+        return []
+    times = sample_times.to_numpy()
+    started = pd.to_datetime(pods["started_at"], utc=True).to_numpy()
+    first = np.searchsorted(times, started, side="left")
+    counts = len(times) - first
+    counts[pd.isna(pods["started_at"]).to_numpy()] = 0
+    grid = pd.DataFrame(
+        {
+            "namespace": np.repeat(pods["namespace"].to_numpy(), counts),
+            "pod": np.repeat(pods["pod"].to_numpy(), counts),
+            "node": np.repeat(pods["node"].to_numpy(), counts),
+            "requested_ge": np.repeat(pods["requested_ge"].to_numpy(dtype="float64"), counts),
+            "timestamp": times[np.concatenate([np.arange(f, len(times)) for f in first])]
+            if len(first)
+            else times[:0],
+        }
+    )
+    grid["timestamp"] = pd.to_datetime(grid["timestamp"], utc=True)
+    seen = dcgm[["timestamp", *_KEY]].drop_duplicates()
+    missing = grid.merge(seen, on=["timestamp", *_KEY], how="left", indicator=True)
+    missing = missing[missing["_merge"] == "left_only"].drop(columns="_merge")
+    if not len(missing):
+        return []
+    # The units a pod was seen on (its latest sighting), reused where its labels are missing.
+    last_seen = dcgm.sort_values("timestamp").drop_duplicates([*_KEY, "uuid", "gpu_instance_id"], keep="last")
+    known_units = last_seen[[*_KEY, *_UNIT, "ge_share"]].rename(columns={"node": "unit_node"})
+    on_known = missing.merge(known_units, on=_KEY, how="inner")
+    on_known = on_known[on_known["unit_node"] == on_known["node"]].drop(columns=["unit_node", "requested_ge"])
+    index = pd.MultiIndex.from_frame(on_known[["timestamp", *_UNIT]])
+    on_known["util_ratio"] = util_by_unit.reindex(index).to_numpy()
+    unknown = missing[~missing.set_index(_KEY).index.isin(known_units.set_index(_KEY).index)]
+    unknown = unknown.assign(uuid="", gpu_instance_id="", util_ratio=np.nan).rename(
+        columns={"requested_ge": "ge_share"}
+    )
+    return [on_known, unknown]
+
+
+def _resolve_team(
+    frame: pd.DataFrame,
+    teams: pd.Series,
+    history: pd.DataFrame | None,
+    namespace_teams: Mapping[str, str],
+) -> pd.Series:
+    """Team per row: the running pod's resolved team, else its history series' team, else the namespace's."""
+    keys = pd.MultiIndex.from_frame(frame[_KEY])
+    team = pd.Series(teams.reindex(keys).to_numpy(), index=frame.index, dtype="object")
+    if history is not None and len(history):
+        hist_teams = history.drop_duplicates(_KEY, keep="last").set_index(_KEY)["team"]
+        team = team.fillna(pd.Series(hist_teams.reindex(keys).to_numpy(), index=frame.index))
+    if "team" in frame:
+        team = team.fillna(frame["team"])
+    by_namespace = frame["namespace"].map(dict(namespace_teams))
+    return team.fillna(by_namespace).fillna(frame["namespace"]).astype("str")
