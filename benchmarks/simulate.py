@@ -19,7 +19,9 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=1.0)
     parser.add_argument("--step", type=int, default=60)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--backfill", action="store_true", help="also time the OpenMetrics backfill rendering")
+    parser.add_argument(
+        "--backfill", action="store_true", help="also time the OpenMetrics backfill rendering"
+    )
     args = parser.parse_args()
 
     end = datetime(2026, 11, 20, tzinfo=UTC)
@@ -34,7 +36,10 @@ def main() -> None:
     t_truth = time.perf_counter() - t0
     total = t_build + t_tel + t_truth
     gpus = sum(n.gpu_count for n in fleet.nodes)
-    print(f"fleet: {gpus} GPUs ({len(fleet.gpus)} telemetry units), {len(fleet.nodes)} nodes, {len(fleet.pods)} pods")
+    print(
+        f"fleet: {gpus} GPUs ({len(fleet.gpus)} telemetry units), "
+        f"{len(fleet.nodes)} nodes, {len(fleet.pods)} pods"
+    )
     print(f"window: {args.days} d at {args.step} s = {fleet.window.n_samples} samples")
     print(f"build (nodes, pods, scheduling, utilization): {t_build:6.2f} s")
     print(f"telemetry frame ({len(telemetry):,} rows):        {t_tel:6.2f} s")

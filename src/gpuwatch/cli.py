@@ -103,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--days", type=float, default=7.0)
     replay.add_argument("--step", type=_step_seconds, default=300)
     replay.add_argument("--seed", type=int, default=0)
+    replay.add_argument(
+        "--offset-days", type=float, help="trace day the window starts at (default: the trace's last --days)"
+    )
+    replay.add_argument(
+        "--lifetime-scale", type=float, default=1.0, help="stretch every pod's lifetime to load the cluster"
+    )
     replay.set_defaults(handler=_cmd_replay)
     return parser
 
@@ -206,7 +212,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from gpuwatch.service import replay_openb_trace
 
     result = replay_openb_trace(
-        args.nodes, args.pods, start=args.start, days=args.days, step_seconds=args.step, seed=args.seed
+        args.nodes,
+        args.pods,
+        start=args.start,
+        days=args.days,
+        step_seconds=args.step,
+        seed=args.seed,
+        offset_days=args.offset_days,
+        lifetime_scale=args.lifetime_scale,
     )
     width = max(map(len, result))
     for key, value in result.items():

@@ -154,15 +154,35 @@ def serve_simulated_kube_api(
 
 
 def replay_openb_trace(
-    nodes_csv: str, pods_csv: str, *, start: datetime, days: float, step_seconds: int, seed: int
+    nodes_csv: str,
+    pods_csv: str,
+    *,
+    start: datetime,
+    days: float,
+    step_seconds: int,
+    seed: int,
+    offset_days: float | None = None,
+    lifetime_scale: float = 1.0,
 ) -> dict[str, float | int]:
-    """Replay an Alibaba openb node/pod trace (Weng et al., ATC'23) and summarize the result."""
+    """Replay an Alibaba openb node/pod trace (Weng et al., ATC'23) and summarize the result.
+
+    offset_days None replays the trace's last `days` (where nearly all of its pods arrive).
+    """
     from pathlib import Path
 
-    from gpuwatch.sources.simulated.trace import load_openb, replay_openb, summary
+    from gpuwatch.sources.simulated.trace import last_days_offset_seconds, load_openb, replay_openb, summary
 
     trace = load_openb(Path(nodes_csv), Path(pods_csv))
-    fleet = replay_openb(trace, start=start, days=days, step_seconds=step_seconds, seed=seed)
+    offset = last_days_offset_seconds(trace, days) if offset_days is None else offset_days * 86400
+    fleet = replay_openb(
+        trace,
+        start=start,
+        days=days,
+        step_seconds=step_seconds,
+        seed=seed,
+        offset_seconds=offset,
+        lifetime_scale=lifetime_scale,
+    )
     return summary(fleet)
 
 

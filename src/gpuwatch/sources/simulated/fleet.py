@@ -32,6 +32,7 @@ from gpuwatch.model import (
     mig_profile_slices,
     normalize_product,
 )
+from gpuwatch.schema import ATTRIBUTED
 from gpuwatch.units import BYTES_PER_MIB
 
 EXPORTER_NAMESPACE = "gpu-operator"
@@ -1066,6 +1067,8 @@ def _truth_frame(fleet: SimulatedFleet) -> pd.DataFrame:
                 }
             )
         )
+    if not parts:
+        return ATTRIBUTED.empty()
     frame = pd.concat(parts, ignore_index=True)
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
     return frame

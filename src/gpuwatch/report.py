@@ -1,0 +1,290 @@
+"""The report of SPEC §4.2 and its renderings: table, json, csv, parquet, html — the same numbers in each."""
+
+import html
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+from gpuwatch.errors import ConfigError
+from gpuwatch.model import LEDGER_STATES
+
+Report = dict[str, Any]
+FORMATS = ("table", "json", "csv", "parquet", "html")
+GROUPS = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}
+SCHEMA_VERSION = 1
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema every `--format json` report validates against (shipped with the package)."""
+    text = resources.files("gpuwatch").joinpath("report.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def group_rows(report: Report, group_by: str) -> list[dict[str, Any]]:
+    """The report's rows for one grouping (team, namespace, workload or pool)."""
+    if group_by not in GROUPS:
+        raise ConfigError(f"--group-by must be one of {', '.join(GROUPS)}, got {group_by!r}")
+    rows: list[dict[str, Any]] = report[GROUPS[group_by]]
+    return rows
+
+
+def render(report: Report, fmt: str, *, group_by: str = "team") -> bytes:
+    """Render the report; parquet is binary, every other format UTF-8 text."""
+    if fmt == "json":
+        return (json.dumps(report, indent=2, allow_nan=False, default=_json_default) + "\n").encode()
+    if fmt == "csv":
+        return _frame(report, group_by).to_csv(index=False).encode()
+    if fmt == "parquet":
+        buffer = io.BytesIO()
+        _frame(report, group_by).to_parquet(buffer, index=False)
+        return buffer.getvalue()
+    if fmt == "table":
+        return render_table(report, group_by=group_by).encode()
+    if fmt == "html":
+        return render_html(report, group_by=group_by).encode()
+    raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+def _json_default(value: object) -> object:
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def _frame(report: Report, group_by: str) -> pd.DataFrame:
+    rows = group_rows(report, group_by)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=_COLUMNS[group_by])
+    return frame[_COLUMNS[group_by]]
+
+
+_USAGE = [
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "efficiency",
+    "cost_usd",
+    "waste_usd",
+    "pods",
+]
+_COLUMNS = {
+    "team": ["team", *_USAGE],
+    "namespace": ["namespace", "team", *_USAGE],
+    "workload": [
+        "namespace",
+        "pod",
+        "team",
+        "node",
+        "pool",
+        "gpus",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "idle_gpu_hours",
+        "waste_usd",
+        "idle_since",
+    ],
+    "pool": [
+        "pool",
+        "nodes",
+        "gpus",
+        "allocation_rate",
+        "utilization",
+        "fragmentation_ratio",
+        "largest_free_block",
+        "stranded_gpu_hours",
+    ],
+}
+
+
+def _fmt(value: Any, kind: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if kind == "usd":
+        return f"${value:,.2f}"
+    if kind == "pct":
+        return f"{value:.1%}"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def _kind(column: str) -> str:
+    if column.endswith("_usd"):
+        return "usd"
+    if column in ("efficiency", "allocation_rate", "utilization", "fragmentation_ratio"):
+        return "pct"
+    return ""
+
+
+def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        # Names left, numbers right, as a reader scans them.
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def render_table(report: Report, *, group_by: str = "team", top: int = 15) -> str:
+    """A terminal report: window, fleet ledger with dollars, KPIs, and the top groups by waste."""
+    fleet = report["fleet"]
+    window = report["window"]
+    capacity = fleet["capacity_gpu_hours"]
+    out = [
+        f"gpuwatch report  {window['start']} .. {window['end']}  (step {window['step_seconds']} s)",
+        f"fleet: {fleet['gpus']} GPUs, {_fmt(capacity)} GPU-hours of capacity",
+        "",
+    ]
+    ledger_rows = [
+        [
+            state,
+            _fmt(fleet["ledger_gpu_hours"][state]),
+            _fmt(_share(fleet["ledger_gpu_hours"][state], capacity), "pct"),
+        ]
+        for state in LEDGER_STATES
+    ]
+    out += _aligned(["ledger", "GPU-hours", "share"], ledger_rows)
+    out += [
+        "",
+        f"allocated {_fmt(fleet['allocated_gpu_hours'])} GPU-h, used {_fmt(fleet['used_gpu_hours'])} GPU-h, "
+        f"efficiency {_fmt(fleet['efficiency'], 'pct')}, "
+        f"allocation rate {_fmt(fleet['allocation_rate'], 'pct')}",
+        f"cost {_fmt(fleet['cost_usd'], 'usd')}, idle waste {_fmt(fleet['waste_usd'], 'usd')}, "
+        f"unallocated {_fmt(fleet['unallocated_cost_usd'], 'usd')}, "
+        f"stranded {_fmt(fleet['stranded_cost_usd'], 'usd')}",
+        "",
+    ]
+    columns = _COLUMNS[group_by]
+    rows = group_rows(report, group_by)[:top]
+    out += _aligned(columns, [[_fmt(r.get(c), _kind(c)) for c in columns] for r in rows])
+    coverage = report["coverage"]
+    expected = coverage["gpu_samples_expected"]
+    out += [
+        "",
+        f"coverage: {coverage['gpu_samples_present']:,} of {expected:,} GPU-samples present"
+        f" ({_fmt(_share(coverage['gpu_samples_present'], expected), 'pct')}), "
+        f"{_fmt(coverage['unattributed_gpu_hours'])} unattributed GPU-hours",
+    ]
+    out += [f"warning: {w}" for w in coverage["warnings"]]
+    return "\n".join(out) + "\n"
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole else math.nan
+
+
+def render_html(report: Report, *, group_by: str = "team") -> str:
+    """A self-contained FinOps waste report (inline CSS and plotly.js) a person can mail."""
+    import plotly.graph_objects as go
+
+    fleet = report["fleet"]
+    ledger = fleet["ledger_gpu_hours"]
+    colours = {
+        "unavailable": "#7f7f7f",
+        "stranded": "#d62728",
+        "unallocated": "#c7c7c7",
+        "allocated_idle": "#ff7f0e",
+        "allocated_active": "#2ca02c",
+    }
+    chart = go.Figure(
+        go.Bar(
+            x=[ledger[s] for s in LEDGER_STATES],
+            y=list(LEDGER_STATES),
+            orientation="h",
+            marker_color=[colours[s] for s in LEDGER_STATES],
+        )
+    )
+    chart.update_layout(
+        title="GPU-hour ledger",
+        xaxis_title="GPU-hours",
+        height=320,
+        margin={"l": 140},
+        template="plotly_white",
+    )
+    chart_html = chart.to_html(full_html=False, include_plotlyjs=True, config={"displaylogo": False})
+    window = report["window"]
+    idle = sorted(report["workloads"], key=lambda w: w["waste_usd"], reverse=True)[:20]
+    sections = [
+        f"<h1>GPU waste report</h1><p class='muted'>{html.escape(window['start'])} to "
+        f"{html.escape(window['end'])}</p>",
+        _kpis(fleet),
+        chart_html,
+        "<h2>Ledger</h2>",
+        _html_table(["state", "GPU-hours"], [[s, _fmt(ledger[s])] for s in LEDGER_STATES], numeric_from=1),
+        f"<h2>By {html.escape(group_by)}</h2>",
+        _html_table(
+            _COLUMNS[group_by],
+            [[_fmt(r.get(c), _kind(c)) for c in _COLUMNS[group_by]] for r in group_rows(report, group_by)],
+            numeric_from=1,
+        ),
+        "<h2>Top idle workloads</h2>",
+        _html_table(
+            ["namespace", "pod", "team", "gpus", "idle_gpu_hours", "waste_usd", "idle_since"],
+            [
+                [
+                    w["namespace"],
+                    w["pod"],
+                    w["team"],
+                    _fmt(w["gpus"]),
+                    _fmt(w["idle_gpu_hours"]),
+                    _fmt(w["waste_usd"], "usd"),
+                    w["idle_since"] or "-",
+                ]
+                for w in idle
+            ],
+            numeric_from=3,
+        ),
+        "<h2>Coverage</h2>",
+        "<ul>"
+        + "".join(f"<li>{html.escape(w)}</li>" for w in report["coverage"]["warnings"] or ["no warnings"])
+        + "</ul>",
+    ]
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2rem;color:#1f2933}table{border-collapse:collapse;"
+        "margin:0.5rem 0 1.5rem}td,th{padding:4px 10px;border-bottom:1px solid #d9e2ec}th{text-align:left;"
+        "background:#f0f4f8}td.n{text-align:right}.muted{color:#627d98}.kpis{display:flex;gap:1rem;"
+        "flex-wrap:wrap}.kpi{background:#f0f4f8;padding:0.5rem 1rem;border-radius:6px}.kpi b{display:block;"
+        "font-size:1.4rem}"
+    )
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>gpuwatch waste report</title>"
+        f"<style>{style}</style></head><body>{''.join(sections)}</body></html>\n"
+    )
+
+
+def _kpis(fleet: Mapping[str, Any]) -> str:
+    items = [
+        ("GPUs", _fmt(fleet["gpus"])),
+        ("cost", _fmt(fleet["cost_usd"], "usd")),
+        ("idle waste", _fmt(fleet["waste_usd"], "usd")),
+        ("efficiency", _fmt(fleet["efficiency"], "pct")),
+        ("allocation rate", _fmt(fleet["allocation_rate"], "pct")),
+        ("stranded", _fmt(fleet["stranded_cost_usd"], "usd")),
+    ]
+    return (
+        "<div class='kpis'>"
+        + "".join(f"<div class='kpi'><b>{html.escape(v)}</b>{html.escape(k)}</div>" for k, v in items)
+        + "</div>"
+    )
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric_from: int) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='n'>{html.escape(c)}</td>" if i >= numeric_from else f"<td>{html.escape(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
