@@ -1,0 +1,57 @@
+"""Integration fixtures: real Prometheus servers holding simulated DCGM history (backfilled by promtool)."""
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+import pytest
+
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, backfilled_prometheus
+
+DEMO_END = datetime(2026, 11, 20, tzinfo=UTC)
+# The demo backfill carries what the collectors read; all ten families would be ~1 GB of text for
+# promtool to parse once per 2 h block (promtool 2.42 has no --max-block-duration).
+DEMO_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_XID_ERRORS",
+)
+
+
+@pytest.fixture(scope="session")
+def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusFactory]:
+    """make(fleet, layout=..., metrics=..., step_seconds=...) -> a running backfilled Prometheus.
+
+    Servers are shared by equal arguments within the session and stopped at its end.
+    """
+    running: dict[tuple[int, str, tuple[str, ...] | None, int | None], BackfilledPrometheus] = {}
+
+    def make(
+        fleet: SimulatedFleet,
+        *,
+        layout: str = "servicemonitor",
+        metrics: Sequence[str] | None = None,
+        step_seconds: int | None = None,
+    ) -> BackfilledPrometheus:
+        key = (id(fleet), layout, None if metrics is None else tuple(metrics), step_seconds)
+        if key not in running:
+            workdir = tmp_path_factory.mktemp(f"prometheus-{layout}")
+            running[key] = backfilled_prometheus(
+                fleet, workdir, layout=layout, metrics=metrics, step_seconds=step_seconds
+            )
+        return running[key]
+
+    try:
+        yield make
+    finally:
+        for prom in running.values():
+            prom.server.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_prometheus(prometheus_factory: PrometheusFactory) -> BackfilledPrometheus:
+    """The demo fleet (seed 42, one day to 2026-11-20, 60 s step) in a ServiceMonitor-layout Prometheus."""
+    fleet = build_demo_fleet(seed=42, end=DEMO_END, days=1, step_seconds=60)
+    return prometheus_factory(fleet, layout="servicemonitor", metrics=DEMO_METRICS)
