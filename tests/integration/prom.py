@@ -106,6 +106,7 @@ class PrometheusServer:
 
     data_dir: Path
     port: int = 0
+    config_text: str = _CONFIG
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -114,7 +115,7 @@ class PrometheusServer:
 
     def start(self, *, timeout: float = 60) -> Self:
         config = self.data_dir.parent / f"{self.data_dir.name}-prometheus.yml"
-        config.write_text(_CONFIG, encoding="utf-8")
+        config.write_text(self.config_text, encoding="utf-8")
         log = (self.data_dir.parent / f"{self.data_dir.name}-prometheus.log").open("wb")
         self.port = self.port or free_port()
         cmd = [
