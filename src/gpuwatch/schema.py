@@ -10,8 +10,10 @@ from gpuwatch.errors import DataError
 
 
 def _is_kind(series: "pd.Series[Any]", kind: str) -> bool:
-    """Column kinds: "time" tz-aware UTC, "str" strings, "float" float64 (NaN = unknown), "int"."""
+    """Column kinds: "time" tz-aware UTC, "str" strings, "float" float64 (NaN = unknown), "int", "bool"."""
     dtype = series.dtype
+    if kind == "bool":
+        return bool(pd.api.types.is_bool_dtype(dtype))
     if kind == "time":
         return isinstance(dtype, pd.DatetimeTZDtype) and str(dtype.tz) == "UTC"
     if kind == "str":
@@ -38,7 +40,13 @@ class Contract:
         return frame
 
     def empty(self) -> pd.DataFrame:
-        dtypes = {"time": "datetime64[ns, UTC]", "str": "str", "float": "float64", "int": "int64"}
+        dtypes = {
+            "time": "datetime64[ns, UTC]",
+            "str": "str",
+            "float": "float64",
+            "int": "int64",
+            "bool": "bool",
+        }
         return pd.DataFrame({c: pd.Series(dtype=dtypes[k]) for c, k in self.columns.items()})
 
 
@@ -68,5 +76,73 @@ ATTRIBUTED = Contract(
         "gpu_instance_id": "str",
         "ge_share": "float",
         "util_ratio": "float",
+    },
+)
+
+# ATTRIBUTED plus the idle decision of SPEC §3 (analytics.ledger.mark_idle): `idle` is the sample's state,
+# `low_util_since` the start of the trailing run of below-threshold samples it belongs to (NaT if none).
+IDLE_MARKED = Contract(
+    "idle_marked",
+    {**ATTRIBUTED.columns, "idle": "bool", "low_util_since": "time"},
+)
+
+# Per node and sample: the node's GPU capacity as Kubernetes sees it, in GPU-equivalents.
+# capacity_ge = physical GPUs; allocatable_ge = what the device plugin advertises; schedulable False =
+# cordoned.
+NODE_SAMPLES = Contract(
+    "node_samples",
+    {
+        "timestamp": "time",
+        "node": "str",
+        "pool": "str",
+        "product": "str",
+        "capacity_ge": "float",
+        "allocatable_ge": "float",
+        "ready": "bool",
+        "schedulable": "bool",
+    },
+)
+
+# Per node and sample: free GE a pod could be placed on (0 on cordoned or NotReady nodes).
+SCHEDULABLE_FREE = Contract(
+    "schedulable_free",
+    {"timestamp": "time", "node": "str", "pool": "str", "schedulable_free_ge": "float"},
+)
+
+# Per node and sample: the FGD fragmented GE F_n (analytics.fragmentation.fragmentation's per-node frame).
+NODE_FRAGMENTATION = Contract(
+    "node_fragmentation",
+    {"timestamp": "time", "node": "str", "fragmented_ge": "float"},
+)
+
+# Per GPU pod seen in the window (running or pending): its pool ("" = any pool) and requested GE.
+GPU_REQUESTS = Contract(
+    "gpu_requests",
+    {"namespace": "str", "pod": "str", "pool": "str", "gpus": "float"},
+)
+
+# The FGD request mix: share p_k of a pool's GPU pods requesting k GE; pool "" is the fleet-wide mix.
+REQUEST_MIX = Contract("request_mix", {"pool": "str", "k": "float", "p_k": "float"})
+
+# Per pending GPU pod: pool from its product node selector ("" = the whole fleet), requested GE.
+PENDING_PODS = Contract(
+    "pending_pods",
+    {"namespace": "str", "pod": "str", "team": "str", "pool": "str", "gpus": "float", "created_at": "time"},
+)
+
+# GPU_SAMPLES as the DCGM sources deliver them: identity extras, the workload whose labels the unit's
+# series carried (a time-sliced GPU held by k pods has k rows with the same unit-level values: never sum
+# them) and the DCGM field its utilization came from. Other fields add base-unit columns.
+DCGM_SAMPLES = Contract(
+    "dcgm_samples",
+    {
+        **GPU_SAMPLES.columns,
+        "mig_profile": "str",
+        "gpu_index": "str",
+        "product": "str",
+        "namespace": "str",
+        "pod": "str",
+        "container": "str",
+        "util_source": "str",
     },
 )

@@ -1,0 +1,511 @@
+"""PrometheusSource: prometheus-api-client with chunked range queries, retries, frames in base units."""
+
+import math
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
+
+from gpuwatch.config import PrometheusSettings
+from gpuwatch.errors import ConfigError, PrometheusError
+from gpuwatch.model import MAX_POINTS_PER_SERIES, Window, utc
+from gpuwatch.schema import DCGM_SAMPLES
+from gpuwatch.sources import promql
+from gpuwatch.sources.dcgm import (
+    FIELDS,
+    HOSTNAME_LABELS,
+    NO_EXPORTERS,
+    UTIL_FIELDS,
+    ExporterPods,
+    Field,
+    field_of,
+    is_dcgm_metric,
+    is_exporter_pod_name,
+    resolve_workload,
+    series_rows,
+    to_float,
+)
+
+T = TypeVar("T")
+RETRY_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+MAX_SAMPLES_PER_QUERY: Final = 50_000_000  # Prometheus' default --query.max-samples
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
+
+
+class _HttpStatusError(Exception):
+    """A non-200 answer, raised from the response hook so the status survives prometheus-api-client."""
+
+    def __init__(self, status: int, message: str, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+
+
+class _BearerTokenFile(requests.auth.AuthBase):
+    """Authorization: Bearer <token>, re-read from the file on every request (projected tokens rotate)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, request: Any) -> Any:
+        try:
+            token = Path(self.path).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise ConfigError(f"cannot read the bearer token file {self.path}: {e.strerror}") from e
+        request.headers["Authorization"] = f"Bearer {token}"
+        return request
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Points:
+    """A query result as a series table: point k is (series[index[k]], timestamps[k], values[k])."""
+
+    series: tuple[dict[str, str], ...]
+    index: npt.NDArray[np.intp]
+    timestamps: npt.NDArray[np.int64]  # epoch milliseconds
+    values: npt.NDArray[np.float64]  # NaN where the value was NaN, ±Inf or garbage
+
+    @staticmethod
+    def empty() -> "Points":
+        return Points(
+            series=(),
+            index=np.zeros(0, dtype=np.intp),
+            timestamps=np.zeros(0, dtype=np.int64),
+            values=np.zeros(0, dtype=np.float64),
+        )
+
+    @staticmethod
+    def concat(parts: Sequence["Points"]) -> "Points":
+        series: list[dict[str, str]] = []
+        indices = []
+        for part in parts:
+            indices.append(part.index + len(series))
+            series.extend(part.series)
+        if not parts:
+            return Points.empty()
+        return Points(
+            series=tuple(series),
+            index=np.concatenate(indices),
+            timestamps=np.concatenate([p.timestamps for p in parts]),
+            values=np.concatenate([p.values for p in parts]),
+        )
+
+    def frame(self) -> pd.DataFrame:
+        """Long frame: timestamp (UTC), value, and one str column per label ("" where absent)."""
+        names = sorted({k for labels in self.series for k in labels})
+        columns: dict[str, Any] = {
+            "timestamp": pd.to_datetime(self.timestamps, unit="ms", utc=True),
+            "value": self.values,
+        }
+        for name in names:
+            table = np.array([labels.get(name, "") for labels in self.series], dtype=object)
+            columns[name] = pd.Series(table[self.index], dtype="str")
+        return pd.DataFrame(columns)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Discovery:
+    """What DCGM data a Prometheus holds and how it is labelled (for `gpuwatch check`)."""
+
+    url: str
+    metrics: tuple[str, ...]  # DCGM metric names present
+    fields: Mapping[str, tuple[str, ...]]  # catalog field -> the aliases present
+    unknown_metrics: tuple[str, ...]  # DCGM names the catalog does not read
+    series_sampled: int  # utilization series seen over the lookback
+    label_counts: Mapping[str, int]  # label -> sampled utilization series carrying it (non-empty)
+    layouts: Mapping[str, int]  # workload label layout -> series
+    exporter_pod_hostnames: int  # series whose Hostname/hostname is the exporter pod's own name
+    problems: tuple[str, ...] = field(default=())  # one line each; empty when all is well
+
+
+class PrometheusSource:
+    """Reads DCGM series from Prometheus (or Thanos, Mimir, VictoriaMetrics) through its HTTP API.
+
+    Transport: prometheus-api-client's PrometheusConnect with its own retries off; gpuwatch retries
+    5xx/429/connection errors itself with exponential backoff for at most `max_attempts` calls (`sleep` is
+    injectable). Prometheus `warnings` are collected (`warnings`, `take_warnings`). Every failure is a
+    one-line PrometheusError chained to its cause.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        bearer_token_file: str | None = None,
+        ca_file: str | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        timeout_seconds: float = 60.0,
+        max_attempts: int = 4,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 10.0,
+        max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
+        max_points_per_series: int = MAX_POINTS_PER_SERIES,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not url:
+            raise ConfigError("no Prometheus URL configured (--prometheus-url or GPUWATCH_PROMETHEUS_URL)")
+        if bearer_token_file and basic_auth:
+            raise ConfigError("configure either a bearer token file or basic auth for Prometheus, not both")
+        if max_attempts < 1 or max_points_per_series < 1 or max_samples_per_query < 1:
+            raise ConfigError("max_attempts, max_points_per_series and max_samples_per_query must be >= 1")
+        self.url = url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+        self.max_samples_per_query = max_samples_per_query
+        self.max_points_per_series = max_points_per_series
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._warnings: list[str] = []
+        session = requests.Session()
+        session.verify = ca_file if ca_file else True
+        session.hooks["response"].append(self._on_response)
+        auth: Any = _BearerTokenFile(bearer_token_file) if bearer_token_file else basic_auth
+        self._client = PrometheusConnect(
+            url=self.url,
+            session=session,
+            auth=auth,
+            timeout=timeout_seconds,
+            retry=Retry(total=0, read=False, raise_on_status=False),  # retries are ours, read errors as is
+        )
+
+    @classmethod
+    def from_settings(cls, settings: PrometheusSettings, **kwargs: Any) -> "PrometheusSource":
+        return cls(
+            settings.url or "",
+            bearer_token_file=settings.bearer_token_file,
+            ca_file=settings.ca_file,
+            timeout_seconds=settings.timeout_seconds,
+            **kwargs,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- warnings ------------------------------------------------------------------------------
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._warnings)
+
+    def take_warnings(self) -> list[str]:
+        """The warnings collected so far (Prometheus' own and gpuwatch's about the data), then forget them."""
+        with self._lock:
+            out, self._warnings = self._warnings, []
+            return out
+
+    def _warn(self, message: str) -> None:
+        line = " ".join(message.split())
+        with self._lock:
+            if line not in self._warnings:
+                self._warnings.append(line)
+
+    def _on_response(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        if response.status_code != 200:
+            raise _HttpStatusError(response.status_code, _error_text(response), _retry_after(response))
+        # Parse only when there is something to collect: results can be large.
+        if b'"warnings"' in response.content:
+            try:
+                payload = response.json()
+            except ValueError:
+                return  # the caller's own parse reports it
+            warnings = payload.get("warnings") if isinstance(payload, dict) else None
+            for warning in warnings or ():
+                self._warn(f"prometheus warning: {warning}")
+
+    # -- calls with retries ----------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return fn()
+            except _HttpStatusError as e:
+                if e.status not in RETRY_STATUSES or attempt == self.max_attempts:
+                    raise self._status_error(what, e) from e
+                delay = e.retry_after if e.retry_after is not None else self._backoff(attempt)
+            except requests.exceptions.SSLError as e:
+                raise PrometheusError(f"prometheus at {self.url} unreachable: TLS error: {_reason(e)}") from e
+            except (requests.ConnectionError, requests.Timeout) as e:
+                if attempt == self.max_attempts:
+                    timed_out = isinstance(e, requests.Timeout) or "timed out" in str(e)
+                    reason = f"no answer within {self.timeout_seconds:g}s" if timed_out else _reason(e)
+                    raise PrometheusError(f"prometheus at {self.url} unreachable: {reason}") from e
+                delay = self._backoff(attempt)
+            # requests' JSONDecodeError is a ValueError and a RequestException: malformed, not unreachable.
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise PrometheusError(
+                    f"prometheus at {self.url} returned a malformed answer to {what}: {_one_line(str(e))}"
+                ) from e
+            except requests.RequestException as e:
+                raise PrometheusError(f"prometheus at {self.url} unreachable: {_reason(e)}") from e
+            except PrometheusApiClientException as e:
+                raise PrometheusError(f"prometheus at {self.url}: {what} failed: {_one_line(str(e))}") from e
+            self._sleep(min(delay, self.max_backoff_seconds))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1)))
+
+    def _status_error(self, what: str, e: _HttpStatusError) -> PrometheusError:
+        if e.status in (401, 403):
+            return PrometheusError(
+                f"prometheus at {self.url} refused {what} (HTTP {e.status}): "
+                "check the bearer token or basic auth"
+            )
+        return PrometheusError(f"prometheus at {self.url}: {what} failed (HTTP {e.status}): {e.message}")
+
+    # -- raw API ---------------------------------------------------------------------------------
+
+    def query(self, query: str, *, at: datetime | None = None) -> pd.DataFrame:
+        """An instant query as a long frame (timestamp, value, one column per label)."""
+        return self.instant_points(query, at=at).frame()
+
+    def instant_points(self, query: str, *, at: datetime | None = None) -> Points:
+        params = {} if at is None else {"time": f"{utc(at).timestamp():.3f}"}
+        result = self._call("an instant query", lambda: self._client.custom_query(query, params=params))
+        return _parse(result, instant=True)
+
+    def query_range(
+        self, query: str, *, start: datetime, end: datetime, step_seconds: int, series_estimate: int = 0
+    ) -> pd.DataFrame:
+        """A range query (evaluated at start, start+step, ..., end) as a long frame, chunked."""
+        n = int((utc(end) - utc(start)).total_seconds() // step_seconds) + 1
+        return self.range_points(
+            query, first=utc(start), n=n, step_seconds=step_seconds, series_estimate=series_estimate
+        ).frame()
+
+    def range_points(
+        self, query: str, *, first: datetime, n: int, step_seconds: int, series_estimate: int = 0
+    ) -> Points:
+        """Evaluate at first + k*step for k < n, in chunks of at most max_points_per_series points and
+        (with `series_estimate` series) max_samples_per_query samples; a chunk Prometheus still refuses for
+        too many samples is halved."""
+        if step_seconds <= 0:
+            raise ConfigError(f"step must be positive, got {step_seconds}s")
+        per_chunk = self.chunk_points(series_estimate)
+        parts = []
+        for a in range(0, max(n, 0), per_chunk):
+            parts.append(self._range_chunk(query, first, a, min(n, a + per_chunk), step_seconds))
+        return Points.concat(parts)
+
+    def chunk_points(self, series_estimate: int) -> int:
+        """Evaluation points per range-query chunk: under 11,000 per series and the samples limit."""
+        by_samples = self.max_samples_per_query // max(1, series_estimate)
+        return max(1, min(self.max_points_per_series, by_samples))
+
+    def _range_chunk(self, query: str, first: datetime, a: int, b: int, step: int) -> Points:
+        start = first + timedelta(seconds=a * step)
+        end = first + timedelta(seconds=(b - 1) * step)
+        try:
+            result = self._call(
+                "a range query",
+                lambda: self._client.custom_query_range(
+                    query, start_time=start, end_time=end, step=f"{step}s"
+                ),
+            )
+        except PrometheusError as e:
+            cause = e.__cause__
+            too_many = isinstance(cause, _HttpStatusError) and "too many samples" in cause.message
+            if not too_many or b - a < 2:
+                raise
+            mid = (a + b) // 2
+            return Points.concat(
+                [self._range_chunk(query, first, a, mid, step), self._range_chunk(query, first, mid, b, step)]
+            )
+        return _parse(result, instant=False)
+
+    def label_values(self, label: str, *, match: Sequence[str] = ()) -> list[str]:
+        promql.check_label_name(label)
+        params = {"match[]": list(match)} if match else None
+        values = self._call(
+            "a label-values lookup", lambda: self._client.get_label_values(label, params=params)
+        )
+        return [str(v) for v in values]
+
+    def series(self, match: str, *, start: datetime, end: datetime) -> list[dict[str, str]]:
+        found = self._call(
+            "a series lookup",
+            lambda: self._client.get_series(utc(start), utc(end), params={"match[]": [match]}),
+        )
+        return [{str(k): str(v) for k, v in s.items()} for s in found]
+
+    # -- DCGM ------------------------------------------------------------------------------------
+
+    def gpu_samples(
+        self,
+        window: Window,
+        *,
+        exporters: ExporterPods = NO_EXPORTERS,
+        matchers: Sequence[promql.Matcher] = (),
+        fields: Sequence[Field] = (),
+    ) -> pd.DataFrame:
+        """Per GPU unit, workload and sample of the window: utilization (and `fields`) in base units.
+
+        Sample i (timestamp t_i) is the query evaluated at t_i + step with avg_over_time(x[step]), i.e.
+        the average over [t_i, t_i + step) (SPEC §3). Frame: the DCGM_SAMPLES contract (GPU_SAMPLES plus
+        mig_profile, gpu_index, product, namespace, pod, container, util_source) and one column per
+        extra field. Rows are absent where nothing was reported; NaN where Prometheus held NaN/±Inf.
+        """
+        step = window.step_seconds
+        extra = [f for f in fields if f not in UTIL_FIELDS]
+        queries = [promql.gpu_util_query(step_seconds=step, matchers=matchers)]
+        queries += [promql.dcgm_field_query(f, step_seconds=step, matchers=matchers) for f in extra]
+        estimate = self._series_estimate([*UTIL_FIELDS, *extra], matchers, at=window.end)
+        first = window.start + timedelta(seconds=step)
+        parts = [
+            self.range_points(q, first=first, n=window.n_samples, step_seconds=step, series_estimate=estimate)
+            for q in queries
+        ]
+        points = Points.concat(parts)
+        rows = series_rows(
+            points.series,
+            points.index,
+            pd.to_datetime(points.timestamps - step * 1000, unit="ms", utc=True).to_numpy(),
+            points.values,
+            exporters=exporters,
+            on_problem=self._warn,
+        )
+        inside = (rows["timestamp"] >= pd.Timestamp(window.start)) & (
+            rows["timestamp"] < pd.Timestamp(window.end)
+        )
+        return DCGM_SAMPLES.check(rows.loc[inside].reset_index(drop=True))
+
+    def _series_estimate(
+        self, fields: Sequence[Field], matchers: Sequence[promql.Matcher], at: datetime
+    ) -> int:
+        """Raw series of the fields now, an upper bound on the aggregated series a chunk returns."""
+        points = self.instant_points(promql.series_count_query(fields, matchers), at=at)
+        finite = points.values[np.isfinite(points.values)]
+        return int(finite.max()) if finite.size else 0
+
+    def discover(self, *, at: datetime | None = None, lookback_seconds: int = 600) -> Discovery:
+        """DCGM metric names present and the label layout of the utilization series (`gpuwatch check`)."""
+        now = utc(at) if at is not None else datetime.now(UTC)
+        names = sorted(
+            n
+            for n in self.label_values("__name__", match=[promql.dcgm_names_selector()])
+            if is_dcgm_metric(n)
+        )
+        present = set(names)
+        fields = {f.name: tuple(m for m in f.metrics if m in present) for f in FIELDS}
+        unknown = tuple(n for n in names if field_of(n) is None)
+        sampled = self.series(
+            promql.field_aliases_selector(UTIL_FIELDS),
+            start=now - timedelta(seconds=lookback_seconds),
+            end=now,
+        )
+        labels = Counter(k for s in sampled for k, v in s.items() if v and k != "__name__")
+        layouts = Counter(_layout(s) for s in sampled)
+        exporter_hosts = sum(
+            1 for s in sampled if any(is_exporter_pod_name(s.get(h, "")) for h in HOSTNAME_LABELS)
+        )
+        problems = []
+        if not names:
+            problems.append(f"prometheus at {self.url} has no DCGM metrics (is dcgm-exporter scraped?)")
+        elif not any(fields[f.name] for f in UTIL_FIELDS):
+            problems.append(
+                "no utilization metric: neither DCGM_FI_PROF_GR_ENGINE_ACTIVE nor DCGM_FI_DEV_GPU_UTIL "
+                "(under any alias) is scraped"
+            )
+        elif not sampled:
+            problems.append(f"no DCGM utilization series in the last {lookback_seconds}s")
+        no_uuid = sum(1 for s in sampled if not (s.get("UUID") or s.get("uuid")))
+        if no_uuid:
+            problems.append(
+                f"{no_uuid} utilization series carry no UUID label: those GPUs cannot be identified"
+            )
+        return Discovery(
+            url=self.url,
+            metrics=tuple(names),
+            fields=fields,
+            unknown_metrics=unknown,
+            series_sampled=len(sampled),
+            label_counts=dict(sorted(labels.items())),
+            layouts=dict(sorted(layouts.items())),
+            exporter_pod_hostnames=exporter_hosts,
+            problems=tuple(problems),
+        )
+
+
+def _layout(labels: Mapping[str, str]) -> str:
+    """Which workload label layout a series uses (SPEC §2)."""
+    if labels.get("exported_pod"):
+        return "exported_pod (ServiceMonitor, honorLabels: false)"
+    _, pod, _ = resolve_workload(labels)
+    if pod and labels.get("pod") == pod:
+        return "pod (honor_labels)"
+    if pod:
+        return "pod_name (1.x exporter)"
+    return "no workload labels (GPU idle or pod mapping off)"
+
+
+def _parse(result: Any, *, instant: bool) -> Points:
+    """prometheus data.result (vector or matrix) -> Points; raises TypeError/KeyError when malformed."""
+    if not isinstance(result, list):
+        raise TypeError(f"expected a vector or matrix result, got {type(result).__name__}")
+    series: list[dict[str, str]] = []
+    index, stamps, values = [], [], []
+    for k, item in enumerate(result):
+        labels = item["metric"]
+        pairs = [item["value"]] if instant else item["values"]
+        arr = np.asarray(pairs, dtype=object).reshape(-1, 2)
+        series.append({str(a): str(b) for a, b in labels.items()})
+        index.append(np.full(len(arr), k, dtype=np.intp))
+        seconds = np.asarray(arr[:, 0], dtype=np.float64)
+        stamps.append(np.round(seconds * 1000.0).astype(np.int64))
+        values.append(to_float(arr[:, 1]))
+    if not series:
+        return Points.empty()
+    return Points(
+        series=tuple(series),
+        index=np.concatenate(index),
+        timestamps=np.concatenate(stamps),
+        values=np.concatenate(values),
+    )
+
+
+def _error_text(response: Any) -> str:
+    try:
+        payload = response.json()
+        text = str(payload.get("error") or payload) if isinstance(payload, dict) else str(payload)
+        kind = payload.get("errorType") if isinstance(payload, dict) else None
+        return _one_line(f"{kind}: {text}" if kind else text)
+    except ValueError:
+        return _one_line(response.text or response.reason or "no details")
+
+
+def _retry_after(response: Any) -> float | None:
+    value = response.headers.get("Retry-After", "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _reason(e: BaseException) -> str:
+    found = _ERRNO.search(str(e))
+    if found:
+        return found.group(1).strip().lower()
+    return _one_line(str(e)) or type(e).__name__
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
