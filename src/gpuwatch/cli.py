@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TextIO
 
 from gpuwatch import __version__
@@ -16,7 +16,7 @@ from gpuwatch.model import utc
 from gpuwatch.units import parse_duration_seconds
 
 if TYPE_CHECKING:
-    from gpuwatch.service import SimulationParams
+    from gpuwatch.service import FleetService, SimulationParams
 
 EXIT_OK, EXIT_USAGE, EXIT_SOURCE = 0, 2, 3
 
@@ -60,6 +60,26 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8050)
     serve.set_defaults(handler=_cmd_serve)
 
+    report = sub.add_parser("report", parents=[common], help="the GPU-hour ledger report for a window")
+    report.add_argument("--demo", action="store_true", help="report on the simulated fleet")
+    report.add_argument("--start", type=_iso_time, help="window start, ISO 8601 (default: end - 1 day)")
+    report.add_argument("--end", type=_iso_time, help="window end, ISO 8601 (default: now)")
+    report.add_argument("--step", type=_step_seconds, default=60, help="sample step (default 60s)")
+    report.add_argument("--group-by", choices=("team", "namespace", "workload", "pool"), default="team")
+    report.add_argument("--format", choices=("table", "json", "csv", "parquet", "html"), default="table")
+    report.add_argument("--output", "-o", help="write to this file instead of standard output")
+    report.set_defaults(handler=_cmd_report)
+
+    export = sub.add_parser("export", parents=[common], help="publish gpuwatch_* series for Prometheus")
+    export.add_argument("--demo", action="store_true", help="export the simulated fleet")
+    export.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a pod)")
+    export.add_argument("--port", type=int, default=9402)
+    export.add_argument("--interval", type=_step_seconds, default=30, help="collection cycle (default 30s)")
+    export.set_defaults(handler=_cmd_export)
+
+    check = sub.add_parser("check", parents=[common], help="connectivity, RBAC, DCGM metrics, coverage")
+    check.set_defaults(handler=_cmd_check)
+
     sim = sub.add_parser("simulate", help="the simulated fleet as outside systems see it")
     sim_sub = sim.add_subparsers(dest="what", required=True, metavar="WHAT")
     fleet_args = argparse.ArgumentParser(add_help=False)
@@ -82,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
         help="labels as Prometheus stores them (servicemonitor: exported_* under honorLabels=false)",
     )
     backfill.add_argument("--metrics", nargs="*", help="only these DCGM metric families")
+    backfill.add_argument(
+        "--no-gpuwatch-series",
+        action="store_true",
+        help="leave out gpuwatch's own history (gpuwatch_* series)",
+    )
     backfill.set_defaults(handler=_cmd_backfill)
 
     metrics = sim_sub.add_parser("metrics", parents=[fleet_args], help="serve dcgm-exporter /metrics")
@@ -149,19 +174,77 @@ def _sim_params(args: argparse.Namespace) -> "SimulationParams":
     )
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from gpuwatch.service import FleetService, demo_settings
-    from gpuwatch.ui import create_app
+def _service(args: argparse.Namespace) -> "FleetService":
+    from gpuwatch.service import FleetService
 
     settings = _settings(args)
-    if not args.demo:
-        raise ConfigError(
-            "live mode needs the collectors, which are not built yet; use `gpuwatch serve --demo`"
-        )
-    app = create_app(FleetService(settings=demo_settings(settings)))
-    print(f"gpuwatch: serving the simulated fleet on http://{args.host}:{args.port}/", file=sys.stderr)
-    app.run(host=args.host, port=args.port, debug=False)
+    return FleetService.demo(settings) if getattr(args, "demo", False) else FleetService.live(settings)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from gpuwatch.ui import create_app
+
+    service = _service(args)
+    what = "the simulated fleet" if args.demo else service.settings.prometheus.url
+    print(f"gpuwatch: serving {what} on http://{args.host}:{args.port}/", file=sys.stderr)
+    create_app(service).run(host=args.host, port=args.port, debug=False)
     return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from gpuwatch.model import Window
+    from gpuwatch.report import build_report, render
+
+    service = _service(args)
+    end = args.end or service.now()
+    start = args.start or end - timedelta(days=1)
+    window = Window(start=start, end=end, step_seconds=args.step).coarsened()
+    if window.step_seconds != args.step:
+        print(f"gpuwatch: step raised to {window.step_seconds}s (11,000 points per series)", file=sys.stderr)
+    data = render(build_report(service.analysis(window)), args.format, group_by=args.group_by)
+    if args.output:
+        try:
+            with open(args.output, "wb") as out:
+                out.write(data)
+        except OSError as e:
+            raise ConfigError(f"cannot write {args.output}: {e.strerror}") from e
+    elif args.format == "parquet":
+        raise ConfigError("--format parquet needs --output PATH")
+    else:
+        sys.stdout.write(data.decode())
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from gpuwatch.exporter import serve_exporter
+
+    service = _service(args)
+    server, loop, _registry = serve_exporter(
+        service, host=args.host, port=args.port, interval_seconds=args.interval
+    )
+    print(
+        f"gpuwatch: exporting on http://{args.host}:{args.port}/metrics every {args.interval:g}s",
+        file=sys.stderr,
+    )
+    if loop.result.error:
+        print(f"gpuwatch: warning: {loop.result.error}", file=sys.stderr)
+    _wait_for_signal()
+    loop.stop()
+    server.shutdown()
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from gpuwatch.service import check
+
+    lines, problems, unreachable = check(_settings(args))
+    for line in lines:
+        print(line)
+    for problem in problems:
+        print(f"gpuwatch: problem: {problem}", file=sys.stderr)
+    if unreachable:
+        return EXIT_SOURCE
+    return 1 if problems else EXIT_OK
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
@@ -170,7 +253,12 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
     progress = ProgressBar("backfill", sys.stderr)
     try:
         n = write_simulated_backfill(
-            args.output, _sim_params(args), layout=args.layout, metrics=args.metrics, progress=progress.update
+            args.output,
+            _sim_params(args),
+            layout=args.layout,
+            metrics=args.metrics,
+            gpuwatch_series=not args.no_gpuwatch_series,
+            progress=progress.update,
         )
     except OSError as e:
         raise ConfigError(f"cannot write {args.output}: {e.strerror}") from e

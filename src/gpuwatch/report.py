@@ -12,6 +12,7 @@ import pandas as pd
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import LEDGER_STATES
+from gpuwatch.service import Analysis, usage_tables
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -288,3 +289,133 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeri
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def build_report(analysis: Analysis) -> Report:
+    """The schema_version 1 report of an analysis: every hour a GE-hour, every ratio in [0, 1] or null."""
+    tables = usage_tables(analysis)
+    window = analysis.window
+    fleet_usage = tables["fleet"].iloc[0] if len(tables["fleet"]) else None
+    ledger_row = tables["fleet_ledger"].iloc[0]
+    capacity = float(sum(ledger_row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
+    allocated = _num(fleet_usage["allocated_gpu_hours"]) if fleet_usage is not None else 0.0
+    used = _num(fleet_usage["used_gpu_hours"]) if fleet_usage is not None else None
+    coverage = analysis.coverage
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "window": {
+            "start": _iso(window.start),
+            "end": _iso(window.end),
+            "step_seconds": window.step_seconds,
+        },
+        "params": {
+            "idle_threshold": analysis.settings.idle.threshold_ratio,
+            "idle_window_seconds": analysis.settings.idle.window_seconds,
+        },
+        "fleet": {
+            "gpus": int(analysis.nodes["capacity_ge"].sum()),
+            "capacity_gpu_hours": capacity,
+            "ledger_gpu_hours": {s: float(ledger_row[f"{s}_gpu_hours"]) for s in LEDGER_STATES},
+            "allocated_gpu_hours": allocated,
+            "used_gpu_hours": used if used is not None else 0.0,
+            "efficiency": _ratio(used, allocated),
+            "allocation_rate": _ratio(allocated, capacity),
+            "cost_usd": float(ledger_row["cost_usd"]),
+            "waste_usd": float(ledger_row["waste_usd"]),
+            "unallocated_cost_usd": float(ledger_row["unallocated_cost_usd"]),
+            "stranded_cost_usd": float(ledger_row["stranded_cost_usd"]),
+        },
+        "teams": _usage_rows(tables["team"], ["team"]),
+        "namespaces": _usage_rows(tables["namespace"], ["namespace", "team"]),
+        "workloads": [
+            {
+                "namespace": str(r["namespace"]),
+                "pod": str(r["pod"]),
+                "team": str(r["team"]),
+                "node": str(r["node"]),
+                "pool": str(r["pool"]),
+                "gpus": float(r["gpus"]),
+                "allocated_gpu_hours": float(r["allocated_gpu_hours"]),
+                "used_gpu_hours": _num(r["used_gpu_hours"]) or 0.0,
+                "idle_gpu_hours": float(r["idle_gpu_hours"]),
+                "waste_usd": float(r["waste_usd"]),
+                "idle_since": None if pd.isna(r["idle_since"]) else _iso(r["idle_since"]),
+            }
+            for r in tables["workload"]
+            .sort_values(["waste_usd", "allocated_gpu_hours"], ascending=False)
+            .to_dict("records")
+        ],
+        "pools": [
+            {
+                "pool": str(r["pool"]),
+                "nodes": int(r["nodes"]),
+                "gpus": int(r["gpus"]),
+                "allocation_rate": _ratio(
+                    r["allocated_idle_gpu_hours"] + r["allocated_active_gpu_hours"], _pool_capacity(r)
+                ),
+                "utilization": _ratio(_num(r["used_gpu_hours"]), _pool_capacity(r)),
+                "fragmentation_ratio": _ratio(_num(r["fragmentation_ratio"]), 1.0),
+                "largest_free_block": _num(r["largest_free_block_ge"]) or 0.0,
+                "stranded_gpu_hours": float(r["stranded_gpu_hours"]),
+            }
+            for r in tables["pool"].to_dict("records")
+        ],
+        "pending": [
+            {
+                "namespace": str(r["namespace"]),
+                "pod": str(r["pod"]),
+                "team": str(r["team"]),
+                "gpus": float(r["gpus"]),
+                "pool": str(r["pool"]),
+                "waiting_seconds": max(0.0, float(r["waiting_seconds"])),
+                "blocked_by": str(r["blocked_by"]),
+            }
+            for r in analysis.pending.to_dict("records")
+        ],
+        "coverage": {
+            "gpu_samples_expected": coverage.gpu_samples_expected,
+            "gpu_samples_present": coverage.gpu_samples_present,
+            "unattributed_gpu_hours": coverage.unattributed_gpu_hours,
+            "util_source": dict(coverage.util_source),
+            "warnings": list(coverage.warnings),
+        },
+    }
+
+
+def _pool_capacity(row: Mapping[Any, Any]) -> float:
+    return float(sum(row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
+
+
+def _usage_rows(frame: pd.DataFrame, keys: Sequence[str]) -> list[dict[str, Any]]:
+    ordered = frame.sort_values(["waste_usd", "allocated_gpu_hours"], ascending=False)
+    return [
+        {
+            **{k: str(r[k]) for k in keys},
+            "allocated_gpu_hours": float(r["allocated_gpu_hours"]),
+            "used_gpu_hours": _num(r["used_gpu_hours"]) or 0.0,
+            "idle_gpu_hours": float(r["idle_gpu_hours"]),
+            "efficiency": _ratio(_num(r["used_gpu_hours"]), float(r["allocated_gpu_hours"])),
+            "cost_usd": float(r["cost_usd"]),
+            "waste_usd": float(r["waste_usd"]),
+            "pods": int(r["pods"]),
+        }
+        for r in ordered.to_dict("records")
+    ]
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None for NaN / missing (unknown is not zero)."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _ratio(part: float | None, whole: float | None) -> float | None:
+    if part is None or whole is None or whole <= 0 or not math.isfinite(part):
+        return None
+    return min(1.0, max(0.0, part / whole))
+
+
+def _iso(value: Any) -> str:
+    return pd.Timestamp(value).tz_convert("UTC").strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,18 +1,40 @@
 """FleetService: the one place where sources meet analytics, with a small cache per window."""
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, TextIO
 
 import numpy as np
 import pandas as pd
 
+from gpuwatch.analytics.cost import ledger_cost, price_warnings, usage_cost
+from gpuwatch.analytics.fragmentation import (
+    diagnose_pending,
+    fragmentation,
+    fragmentation_summary,
+    largest_free_block,
+    request_mix,
+)
+from gpuwatch.analytics.join import attribute
+from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
 from gpuwatch.config import Settings
-from gpuwatch.model import TeamRules, ge_per_unit, normalize_product
-from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated.fleet import DEMO_NAMESPACE_TEAMS, SimulatedFleet, build_demo_fleet
+from gpuwatch.errors import ConfigError, PrometheusError, SourceError
+from gpuwatch.model import PriceBook, TeamRules, Window, ge_per_unit, normalize_product
+from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
+from gpuwatch.series import published_series, write_openmetrics
+from gpuwatch.sources.dcgm import ExporterPods
+from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
+from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
+from gpuwatch.sources.simulated.exposition import write_backfill
+from gpuwatch.sources.simulated.fleet import (
+    DEMO_NAMESPACE_TEAMS,
+    DEMO_PRICES_USD_PER_GPU_HOUR,
+    SimulatedFleet,
+    build_demo_fleet,
+)
+from gpuwatch.sources.simulated.source import SimulatedSource
 
 
 class Closable(Protocol):
@@ -34,13 +56,15 @@ class FleetSnapshot:
     gpus_allocated_now: float
     pods_running: int
     pods_pending: int
-    mean_util_ratio: float  # over GPUs with telemetry in the window; NaN when none reported
+    mean_util_ratio: float  # of allocated GPUs with telemetry over the last day; NaN when none reported
     nodes_not_ready: int
     nodes_cordoned: int
+    capacity_by_pool: Mapping[str, float]  # physical GPUs
+    allocated_by_pool: Mapping[str, float]  # GE held by running pods
 
 
 def demo_settings(settings: Settings | None = None) -> Settings:
-    """The demo fleet's settings: its notebooks namespace belongs to data-science (SPEC §4.1)."""
+    """The demo fleet's settings: notebooks belongs to data-science (SPEC §4.1), demo prices."""
     base = settings or Settings()
     namespaces = {**DEMO_NAMESPACE_TEAMS, **base.teams.namespaces}
     teams = TeamRules(
@@ -48,54 +72,165 @@ def demo_settings(settings: Settings | None = None) -> Settings:
         namespace_label_keys=base.teams.namespace_label_keys,
         namespaces=namespaces,
     )
+    # The demo's price book, unless the user brought one.
+    pricing = base.pricing
+    if not pricing.products:
+        pricing = PriceBook(
+            default_usd_per_gpu_hour=pricing.default_usd_per_gpu_hour, products=DEMO_PRICES_USD_PER_GPU_HOUR
+        )
     return Settings(
         prometheus=base.prometheus,
         kubernetes=base.kubernetes,
         teams=teams,
-        pricing=base.pricing,
+        pricing=pricing,
         idle=base.idle,
     )
 
 
-class FleetService:
-    """Answers the questions of the UI and the CLI for one fleet (simulated for now)."""
+class FleetSources(Protocol):
+    """Where a FleetService reads the cluster and DCGM history: the live sources or the simulated fleet."""
 
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        fleet_factory: Callable[[], SimulatedFleet] | None = None,
-    ) -> None:
+    def cluster_state(self) -> ClusterState: ...
+
+    def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame: ...
+
+    def allocation_history(self, window: Window) -> pd.DataFrame | None: ...
+
+    def take_warnings(self) -> list[str]: ...
+
+    def now(self) -> datetime: ...
+
+
+class LiveSources:
+    """Prometheus (DCGM and gpuwatch's own history) and the Kubernetes API server."""
+
+    def __init__(self, settings: Settings, *, clock: Callable[[], datetime] | None = None) -> None:
+        self.prometheus = PrometheusSource.from_settings(settings.prometheus)
+        self.kubernetes = KubernetesSource(
+            kubeconfig=settings.kubernetes.kubeconfig, context=settings.kubernetes.context
+        )
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def cluster_state(self) -> ClusterState:
+        return self.kubernetes.cluster_state()
+
+    def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
+        exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
+        return self.prometheus.gpu_samples(window, exporters=exporters)
+
+    def allocation_history(self, window: Window) -> pd.DataFrame | None:
+        return allocation_history(self.prometheus, window)
+
+    def take_warnings(self) -> list[str]:
+        return self.prometheus.take_warnings()
+
+    def now(self) -> datetime:
+        return self._clock()
+
+
+class SimulatedSources:
+    """The simulated fleet behind the FleetSources interface (the demo)."""
+
+    def __init__(self, fleet: SimulatedFleet) -> None:
+        self.fleet = fleet
+        self._source = SimulatedSource(fleet)
+
+    def cluster_state(self) -> ClusterState:
+        return self._source.cluster_state()
+
+    def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
+        return self._source.gpu_samples(window)
+
+    def allocation_history(self, window: Window) -> pd.DataFrame | None:
+        return self._source.allocation_history(window)
+
+    def take_warnings(self) -> list[str]:
+        return []
+
+    def now(self) -> datetime:
+        return self.fleet.now
+
+
+class FleetService:
+    """Answers the questions of the UI, the CLI and the exporter for one fleet, with a small cache."""
+
+    def __init__(self, *, settings: Settings, sources: FleetSources, cache_size: int = 8) -> None:
         self.settings = settings
-        self._fleet_factory = fleet_factory or build_demo_fleet
-        self._fleet: SimulatedFleet | None = None
+        self.sources = sources
+        self._cache: dict[tuple[datetime, datetime, int], Analysis] = {}
+        self._cache_size = cache_size
         self._lock = threading.Lock()
 
-    def fleet(self) -> SimulatedFleet:
+    @classmethod
+    def demo(cls, settings: Settings | None = None, fleet: SimulatedFleet | None = None) -> "FleetService":
+        return cls(settings=demo_settings(settings), sources=SimulatedSources(fleet or build_demo_fleet()))
+
+    @classmethod
+    def live(cls, settings: Settings) -> "FleetService":
+        if not settings.prometheus.url:
+            raise ConfigError(
+                "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
+            )
+        return cls(settings=settings, sources=LiveSources(settings))
+
+    def now(self) -> datetime:
+        return self.sources.now()
+
+    def window(self, *, days: float = 1.0, end: datetime | None = None, step_seconds: int = 60) -> Window:
+        """The window of `days` ending at `end` (default: now, on the step grid), coarsened if long."""
+        end = end or self.now()
+        end = datetime.fromtimestamp(end.timestamp() // step_seconds * step_seconds, UTC)
+        return Window(start=end - timedelta(days=days), end=end, step_seconds=step_seconds).coarsened()
+
+    def analysis(self, window: Window) -> "Analysis":
+        """The analysis of a window (cached: the same window is computed once)."""
+        key = (window.start, window.end, window.step_seconds)
         with self._lock:
-            if self._fleet is None:
-                self._fleet = self._fleet_factory()
-            return self._fleet
+            if key in self._cache:
+                return self._cache[key]
+        state = self.sources.cluster_state()
+        samples = self.sources.gpu_samples(window, state)
+        history = self.sources.allocation_history(window)
+        result = analyze(
+            window=window,
+            state=state,
+            gpu_samples=samples,
+            settings=self.settings,
+            history=history,
+            source_warnings=self.sources.take_warnings(),
+        )
+        with self._lock:
+            self._cache[key] = result
+            while len(self._cache) > self._cache_size:
+                self._cache.pop(next(iter(self._cache)))
+        return result
 
     def snapshot(self) -> FleetSnapshot:
-        fleet = self.fleet()
-        pods = fleet.api_pods()
-        running = [p for p in pods if p.phase == "Running" and p.gpu_requests]
-        held_now = sum(a.ge for a in fleet.allocations if a.end is None)
-        util = fleet.util_ratio
-        mean_util = float(np.nanmean(util)) if np.isfinite(util).any() else float("nan")
+        """Headline numbers now: nodes and pods from the API server, utilization over the last day."""
+        state = self.sources.cluster_state()
+        running = pods_frame(state, self.settings.teams)
+        pending = pods_frame(state, self.settings.teams, phase="Pending")
+        analysis = self.analysis(self.window(days=1))
+        util = analysis.marked["util_ratio"]
+        nodes = nodes_frame(state)
         return FleetSnapshot(
-            as_of=fleet.now.astimezone(UTC),
-            nodes=len(fleet.nodes),
-            gpus=sum(n.gpu_count for n in fleet.nodes),
-            pools=tuple(sorted({n.pool for n in fleet.nodes})),
-            teams=tuple(sorted({fleet.team_of(p) for p in pods if p.gpu_requests})),
-            gpus_allocated_now=held_now,
+            as_of=analysis.window.end,
+            nodes=len(nodes),
+            gpus=int(nodes["capacity_ge"].sum()),
+            pools=tuple(sorted(nodes["pool"].unique())),
+            teams=tuple(sorted(set(running["team"]) | set(pending["team"]))),
+            gpus_allocated_now=float(running["requested_ge"].sum()),
             pods_running=len(running),
-            pods_pending=sum(1 for p in pods if p.phase == "Pending" and p.gpu_requests),
-            mean_util_ratio=mean_util,
-            nodes_not_ready=sum(1 for n in fleet.nodes if not n.ready),
-            nodes_cordoned=sum(1 for n in fleet.nodes if n.unschedulable),
+            pods_pending=len(pending),
+            mean_util_ratio=float(util.mean()) if util.notna().any() else float("nan"),
+            nodes_not_ready=int((~nodes["ready"]).sum()),
+            nodes_cordoned=int((~nodes["schedulable"]).sum()),
+            capacity_by_pool={
+                str(k): float(v) for k, v in nodes.groupby("pool")["capacity_ge"].sum().items()
+            },
+            allocated_by_pool={
+                str(k): float(v) for k, v in running.groupby("pool")["requested_ge"].sum().items()
+            },
         )
 
 
@@ -123,14 +258,42 @@ def write_simulated_backfill(
     *,
     layout: str,
     metrics: Sequence[str] | None = None,
+    gpuwatch_series: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """Write an OpenMetrics backfill of the simulated fleet; returns the number of samples written."""
-    from gpuwatch.sources.simulated.exposition import write_backfill
+    """Write an OpenMetrics backfill of the simulated fleet; returns the number of samples written.
 
+    With gpuwatch_series, the gpuwatch_* history is appended as if `gpuwatch export` had run all along
+    (what long-window reports, recording rules and dashboards read).
+    """
     fleet = params.build()
     with open(path, "w", encoding="utf-8") as out:
-        return write_backfill(fleet, out, layout=layout, metrics=metrics, progress=progress)
+        return write_fleet_backfill(
+            fleet, out, layout=layout, metrics=metrics, gpuwatch_series=gpuwatch_series, progress=progress
+        )
+
+
+def write_fleet_backfill(
+    fleet: SimulatedFleet,
+    out: TextIO,
+    *,
+    layout: str = "servicemonitor",
+    metrics: Sequence[str] | None = None,
+    gpuwatch_series: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series, one OpenMetrics file."""
+    n = write_backfill(
+        fleet, out, layout=layout, metrics=metrics, progress=progress, end_of_file=not gpuwatch_series
+    )
+    if gpuwatch_series:
+        service = FleetService.demo(fleet=fleet)
+        analysis = service.analysis(fleet.window)
+        # Samples sit mid-interval like the DCGM ones, so avg_over_time(x[step]) at t_i + step reads sample i.
+        n += write_openmetrics(
+            published_series(analysis, last_only=False), out, offset_seconds=fleet.window.step_seconds / 2
+        )
+    return n
 
 
 def serve_simulated_metrics(params: SimulationParams, *, host: str, port: int) -> "Closable":
@@ -269,3 +432,246 @@ def namespace_teams(state: ClusterState, rules: TeamRules) -> dict[str, str]:
         n.name: rules.team_of(namespace=n.name, pod_labels={}, namespace_labels=n.labels)
         for n in state.namespaces
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The analysis of one window: join, idle, fragmentation, ledger, pending diagnosis, coverage.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Coverage:
+    gpu_samples_expected: int
+    gpu_samples_present: int
+    unattributed_gpu_hours: float
+    util_source: Mapping[str, int]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Analysis:
+    """Everything a report, the UI and the exporter show for one window, as frames."""
+
+    window: Window
+    settings: Settings
+    nodes: pd.DataFrame  # nodes_frame()
+    marked: pd.DataFrame  # IDLE_MARKED: the attributed timeline with idle flags
+    by_node: pd.DataFrame  # the ledger per node-sample (GE per state)
+    per_pool: pd.DataFrame  # fragmentation per pool-sample
+    free: pd.DataFrame  # SCHEDULABLE_FREE per node-sample
+    pending: pd.DataFrame  # diagnose_pending()
+    idle_since: pd.DataFrame  # per workload
+    coverage: Coverage
+    units_reporting: pd.DataFrame  # timestamp, node, units: GPU units with DCGM telemetry per sample
+    pod_resources: pd.DataFrame  # namespace, pod, resource: the GPU resource each running pod requests
+
+
+def analyze(
+    *,
+    window: Window,
+    state: ClusterState,
+    gpu_samples: pd.DataFrame,
+    settings: Settings,
+    history: pd.DataFrame | None = None,
+    source_warnings: Sequence[str] = (),
+) -> Analysis:
+    """Run the SPEC §3 model over one window of GPU samples and the cluster as the API server has it."""
+    rules, idle = settings.teams, settings.idle
+    sample_times = pd.date_range(window.start, periods=window.n_samples, freq=f"{window.step_seconds}s")
+    pods = pods_frame(state, rules)
+    nodes = nodes_frame(state)
+    attribution = attribute(
+        gpu_samples=gpu_samples,
+        pods=pods,
+        nodes=nodes,
+        sample_times=sample_times,
+        namespace_teams=namespace_teams(state, rules),
+        history=history,
+        busy_threshold=idle.threshold_ratio,
+    )
+    marked = mark_idle(attribution.attributed, step_seconds=window.step_seconds, idle=idle)
+    node_samples = _node_samples(nodes, sample_times)
+    free = schedulable_free(node_samples, marked)
+    pending_pods = pods_frame(state, rules, phase="Pending")
+    mix = request_mix(_gpu_requests(marked, pending_pods))
+    per_node_frag, per_pool = fragmentation(free, mix)
+    result = ledger(node_samples, marked, per_node_frag)
+    pending = diagnose_pending(
+        PENDING_PODS.check(
+            pending_pods.rename(columns={"requested_ge": "gpus"})[
+                ["namespace", "pod", "team", "pool", "gpus", "created_at"]
+            ]
+        ),
+        free,
+        as_of=window.end,
+    )
+    step_h = window.step_hours
+    warnings = list(source_warnings) + list(state.warnings)
+    warnings += price_warnings(nodes["pool"], settings.pricing)
+    over = float(result.by_node["overallocated_ge"].sum()) * step_h
+    if over > 0:
+        warnings.append(
+            f"{over:.2f} GPU-hours allocated beyond what nodes advertise (excluded from the ledger)"
+        )
+    if len(result.unknown_nodes):
+        lost = float(result.unknown_nodes[["allocated_idle_ge", "allocated_active_ge"]].sum().sum()) * step_h
+        names = ", ".join(sorted(result.unknown_nodes["node"].unique())[:5])
+        warnings.append(f"{lost:.2f} GPU-hours allocated on nodes the API server does not list ({names})")
+    if attribution.pods_without_telemetry:
+        warnings.append(f"{attribution.pods_without_telemetry} running GPU pods have no DCGM telemetry")
+    physical = gpu_samples.drop_duplicates(["timestamp", "uuid"])
+    util_source = {
+        source: int(physical.loc[physical["util_source"] == source, "uuid"].nunique())
+        for source in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
+    }
+    coverage = Coverage(
+        gpu_samples_expected=int(nodes["capacity_ge"].sum()) * len(sample_times),
+        gpu_samples_present=len(physical),
+        unattributed_gpu_hours=float(attribution.unattributed["ge"].sum()) * step_h,
+        util_source=util_source,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
+    return Analysis(
+        window=window,
+        settings=settings,
+        nodes=nodes,
+        marked=marked,
+        by_node=result.by_node,
+        per_pool=per_pool,
+        free=free,
+        pending=pending,
+        idle_since=idle_since(marked),
+        coverage=coverage,
+        units_reporting=gpu_samples.drop_duplicates(["timestamp", "uuid", "gpu_instance_id"])
+        .groupby(["timestamp", "node"], as_index=False)
+        .agg(units=("uuid", "size")),
+        pod_resources=pd.DataFrame(
+            [
+                {"namespace": p.namespace, "pod": p.name, "resource": next(iter(p.gpu_requests))}
+                for p in state.gpu_pods()
+            ],
+            columns=["namespace", "pod", "resource"],
+        ),
+    )
+
+
+def _node_samples(nodes: pd.DataFrame, sample_times: pd.DatetimeIndex) -> pd.DataFrame:
+    """Node state at every sample (the API server knows only now: it is taken as the window's)."""
+    n = len(sample_times)
+    frame = nodes.loc[nodes.index.repeat(n)].reset_index(drop=True)
+    frame.insert(0, "timestamp", np.tile(sample_times.to_numpy(), len(nodes)))
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
+    return NODE_SAMPLES.check(frame.drop(columns=["replicas"]))
+
+
+def _gpu_requests(marked: pd.DataFrame, pending: pd.DataFrame) -> pd.DataFrame:
+    """GPU pods of the window with the GE they hold (their largest per-sample total) and pool."""
+    held = marked.groupby(["timestamp", "namespace", "pod", "pool"], as_index=False).agg(
+        gpus=("ge_share", "sum")
+    )
+    per_pod = held.groupby(["namespace", "pod"], as_index=False).agg(
+        pool=("pool", "last"), gpus=("gpus", "max")
+    )
+    waiting = pending.rename(columns={"requested_ge": "gpus"})[["namespace", "pod", "pool", "gpus"]]
+    frame = pd.concat([per_pod, waiting], ignore_index=True)
+    frame["pool"] = frame["pool"].astype("str")
+    frame["gpus"] = frame["gpus"].astype("float64")
+    return GPU_REQUESTS.check(frame)
+
+
+def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
+    """Allocated/used/idle GE-hours, efficiency and dollars per team, namespace, workload and pool."""
+    step, book, marked = analysis.window.step_seconds, analysis.settings.pricing, analysis.marked
+    tables = {
+        name: usage_cost(marked, step_seconds=step, price_book=book, by=by)[0]
+        for name, by in (
+            ("fleet", "fleet"),
+            ("team", "team"),
+            ("namespace", ("namespace", "team")),
+            ("workload", ("namespace", "pod", "team")),
+        )
+    }
+    last = marked[marked["timestamp"] == marked.groupby(["namespace", "pod"])["timestamp"].transform("max")]
+    where = last.groupby(["namespace", "pod"], as_index=False).agg(
+        node=("node", "first"), pool=("pool", "first"), gpus=("ge_share", "sum")
+    )
+    tables["workload"] = tables["workload"].merge(where, on=["namespace", "pod"], how="left")
+    tables["workload"] = tables["workload"].merge(analysis.idle_since, on=["namespace", "pod"], how="left")
+    ledger_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step, by=("pool",))
+    pool_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=("pool",))
+    pool_usage = usage_cost(marked, step_seconds=step, price_book=book, by="pool")[0]
+    frag = fragmentation_summary(analysis.per_pool, step_seconds=step)
+    blocks = largest_free_block(analysis.free)
+    pools = analysis.nodes.groupby("pool", as_index=False).agg(
+        nodes=("node", "count"), gpus=("capacity_ge", "sum")
+    )
+    for extra in (ledger_hours, pool_cost, pool_usage[["pool", "used_gpu_hours"]], frag, blocks):
+        pools = pools.merge(extra, on="pool", how="left")
+    tables["pool"] = pools
+    fleet_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step)
+    fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=())
+    tables["fleet_ledger"] = pd.concat([fleet_hours, fleet_cost], axis=1)
+    return tables
+
+
+# ---------------------------------------------------------------------------------------------
+# `gpuwatch check`
+
+
+def check(settings: Settings) -> tuple[list[str], list[str], bool]:
+    """Connectivity, RBAC, DCGM metrics and label layout, coverage of the last hour.
+
+    Returns (findings, problems, a source was unreachable); every entry is one line.
+    """
+    if not settings.prometheus.url:
+        raise ConfigError(
+            "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
+        )
+    findings: list[str] = []
+    problems: list[str] = []
+    unreachable = False
+    sources = LiveSources(settings)
+    try:
+        found = sources.prometheus.discover()
+        util = [
+            m
+            for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
+            for m in found.fields[name]
+        ]
+        layouts = ", ".join(f"{k}: {v}" for k, v in found.layouts.items()) or "none"
+        findings.append(
+            f"prometheus {found.url}: {len(found.metrics)} DCGM metrics, utilization from "
+            f"{', '.join(util) or 'nothing'}; label layouts {layouts}; "
+            f"{found.exporter_pod_hostnames} series name the exporter pod as host"
+        )
+        problems += found.problems
+    except PrometheusError as e:
+        problems.append(str(e))
+        unreachable = True
+    kube_ok = True
+    for kind in ("pods", "nodes", "namespaces", "resourcequotas"):
+        reason = sources.kubernetes.can_list(kind)
+        if reason is None:
+            findings.append(f"kubernetes {sources.kubernetes.server}: can list {kind}")
+        else:
+            problems.append(reason)
+            kube_ok = False
+            unreachable = unreachable or "unreachable" in reason
+    if kube_ok and not unreachable:
+        service = FleetService(settings=settings, sources=sources)
+        try:
+            analysis = service.analysis(service.window(days=1 / 24))
+        except SourceError as e:
+            problems.append(str(e))
+            return findings, problems, True
+        c = analysis.coverage
+        share = c.gpu_samples_present / c.gpu_samples_expected if c.gpu_samples_expected else 0.0
+        findings.append(
+            f"coverage (last hour): {c.gpu_samples_present} of {c.gpu_samples_expected} GPU-samples present "
+            f"({share:.0%}), {c.unattributed_gpu_hours:.2f} unattributed GPU-hours"
+        )
+        reporting = set(analysis.units_reporting["node"])
+        for name, gpus, ready in analysis.nodes[["node", "capacity_ge", "ready"]].itertuples(index=False):
+            if gpus > 0 and ready and name not in reporting:
+                problems.append(f"node {name} has {gpus:g} GPUs but no DCGM series")
+        problems += list(c.warnings)
+    return findings, problems, unreachable

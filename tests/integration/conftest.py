@@ -26,7 +26,7 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
 
     Servers are shared by equal arguments within the session and stopped at its end.
     """
-    running: dict[tuple[int, str, tuple[str, ...] | None, int | None], BackfilledPrometheus] = {}
+    running: dict[tuple[int, str, tuple[str, ...] | None, int | None, bool], BackfilledPrometheus] = {}
 
     def make(
         fleet: SimulatedFleet,
@@ -34,12 +34,18 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
         layout: str = "servicemonitor",
         metrics: Sequence[str] | None = None,
         step_seconds: int | None = None,
+        gpuwatch_series: bool = False,
     ) -> BackfilledPrometheus:
-        key = (id(fleet), layout, None if metrics is None else tuple(metrics), step_seconds)
+        key = (id(fleet), layout, None if metrics is None else tuple(metrics), step_seconds, gpuwatch_series)
         if key not in running:
             workdir = tmp_path_factory.mktemp(f"prometheus-{layout}")
             running[key] = backfilled_prometheus(
-                fleet, workdir, layout=layout, metrics=metrics, step_seconds=step_seconds
+                fleet,
+                workdir,
+                layout=layout,
+                metrics=metrics,
+                step_seconds=step_seconds,
+                gpuwatch_series=gpuwatch_series,
             )
         return running[key]
 

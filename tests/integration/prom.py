@@ -16,6 +16,7 @@ from typing import Any, Self
 
 import requests
 
+from gpuwatch.service import write_fleet_backfill
 from gpuwatch.sources.simulated import SimulatedFleet
 from gpuwatch.sources.simulated.exposition import write_backfill
 
@@ -50,11 +51,20 @@ def write_backfill_file(
     layout: str = "servicemonitor",
     metrics: Sequence[str] | None = None,
     step_seconds: int | None = None,
+    gpuwatch_series: bool = False,
 ) -> BackfillStats:
-    """(a) The fleet's OpenMetrics backfill at `path`, with how many samples, bytes and seconds it took."""
+    """(a) The fleet's OpenMetrics backfill at `path`, with how many samples, bytes and seconds it took.
+
+    gpuwatch_series appends gpuwatch's own history (at the fleet's step) after the DCGM families.
+    """
     began = time.perf_counter()
     with path.open("w", encoding="utf-8") as out:
-        samples = write_backfill(fleet, out, layout=layout, metrics=metrics, step_seconds=step_seconds)
+        if gpuwatch_series:
+            if step_seconds not in (None, fleet.window.step_seconds):
+                raise ValueError("gpuwatch series are written at the fleet's own step")
+            samples = write_fleet_backfill(fleet, out, layout=layout, metrics=metrics)
+        else:
+            samples = write_backfill(fleet, out, layout=layout, metrics=metrics, step_seconds=step_seconds)
     return BackfillStats(path, samples, path.stat().st_size, time.perf_counter() - began)
 
 
@@ -232,11 +242,17 @@ def backfilled_prometheus(
     metrics: Sequence[str] | None = None,
     step_seconds: int | None = None,
     keep_file: bool = False,
+    gpuwatch_series: bool = False,
 ) -> BackfilledPrometheus:
     """Backfill `fleet` into a fresh TSDB under `workdir` and start a Prometheus on it (stop it yourself)."""
     workdir.mkdir(parents=True, exist_ok=True)
     stats = write_backfill_file(
-        fleet, workdir / "backfill.om", layout=layout, metrics=metrics, step_seconds=step_seconds
+        fleet,
+        workdir / "backfill.om",
+        layout=layout,
+        metrics=metrics,
+        step_seconds=step_seconds,
+        gpuwatch_series=gpuwatch_series,
     )
     create_blocks(stats.path, workdir / "tsdb")
     if not keep_file:

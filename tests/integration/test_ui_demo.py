@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuwatch.config import Settings
-from gpuwatch.service import FleetService, demo_settings
+from gpuwatch.service import FleetService
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
 from tests.integration.browser import browser_page, screenshot
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 def test_overview_shows_the_simulated_fleet() -> None:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
-    service = FleetService(settings=demo_settings(Settings()), fleet_factory=lambda: fleet)
+    service = FleetService.demo(Settings(), fleet)
     snap = service.snapshot()
     with serve_app(create_app(service)) as url, browser_page() as (page, errors):
         page.goto(url + "/")

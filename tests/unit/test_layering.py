@@ -15,9 +15,11 @@ ALLOWED = {
     "config": {"model", "units", "errors"},
     "sources": BASE,
     "analytics": BASE - {"config"},
-    "service": BASE | {"sources", "analytics"},
+    "service": BASE | {"sources", "analytics", "series"},
+    # series renders an analysis as gpuwatch_* series for the service layer (Analysis type only back).
+    "series": BASE | {"service"},
     "report": BASE | {"service"},
-    "exporter": BASE | {"service"},
+    "exporter": BASE | {"service", "series"},
     "ui": BASE | {"service"},
     "cli": BASE | {"service", "report", "exporter", "ui"},
     "__main__": {"cli"},

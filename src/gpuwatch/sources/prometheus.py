@@ -509,3 +509,27 @@ def _reason(e: BaseException) -> str:
 def _one_line(text: str, limit: int = 300) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def allocation_history(source: PrometheusSource, window: Window) -> pd.DataFrame:
+    """gpuwatch's own allocation series over the window: timestamp, namespace, pod, team, node, pool,
+    ge_share per pod and sample (sample i read at t_i + step, like the GPU samples)."""
+    step = window.step_seconds
+    points = source.range_points(
+        promql.pod_allocation_history_query(step_seconds=step),
+        first=window.start + timedelta(seconds=step),
+        n=window.n_samples,
+        step_seconds=step,
+    )
+    frame = points.frame()
+    columns = ["timestamp", *promql.POD_ALLOCATION_LABELS, "ge_share"]
+    if not len(frame):
+        return pd.DataFrame(
+            {c: pd.Series(dtype="float64" if c == "ge_share" else "str") for c in columns}
+        ).assign(timestamp=pd.Series(dtype="datetime64[ns, UTC]"))
+    frame["timestamp"] = frame["timestamp"] - pd.Timedelta(seconds=step)
+    for label in promql.POD_ALLOCATION_LABELS:
+        if label not in frame:
+            frame[label] = ""
+    frame = frame.rename(columns={"value": "ge_share"})
+    return frame[frame["ge_share"].notna() & frame["pod"].ne("")][columns].reset_index(drop=True)

@@ -240,3 +240,21 @@ def gpu_util_query(*, step_seconds: int, matchers: Sequence[Matcher] = ()) -> st
     prof = _field_block(PROF_GR_ENGINE_ACTIVE, step_seconds, matchers)
     dev = _field_block(DEV_GPU_UTIL, step_seconds, matchers)
     return f"{prof}\nor ignoring ({FIELD_LABEL})\n{dev}"
+
+
+POD_ALLOCATION_LABELS = ("namespace", "pod", "team", "node", "pool")
+
+
+def pod_allocation_history_query(*, step_seconds: int, matchers: Sequence[Matcher] = ()) -> str:
+    """GE each pod held over each step, from gpuwatch's own exporter series (SPEC §4.3 history).
+
+    pod_allocation_history_query(step_seconds=60) is::
+
+        sum by (
+          namespace, pod, team, node, pool
+        ) (
+          avg_over_time(gpuwatch_pod_gpu_allocation[60s])
+        )
+    """
+    body = f"avg_over_time({selector('gpuwatch_pod_gpu_allocation', matchers)}[{step_seconds}s])"
+    return _by("sum", POD_ALLOCATION_LABELS, body)

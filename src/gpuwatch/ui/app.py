@@ -14,10 +14,7 @@ SERVICE_KEY = "GPUWATCH_SERVICE"
 def create_app(service: FleetService | None = None) -> Dash:
     """The Dash app; `service` defaults to the simulated demo fleet. Dash debug stays off."""
     if service is None:
-        from gpuwatch.config import Settings
-        from gpuwatch.service import demo_settings
-
-        service = FleetService(settings=demo_settings(Settings()))
+        service = FleetService.demo()
     app = Dash(
         __name__,
         use_pages=True,

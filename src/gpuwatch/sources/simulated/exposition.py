@@ -467,6 +467,7 @@ def write_backfill(
     metrics: Sequence[str] | None = None,
     step_seconds: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    end_of_file: bool = True,
 ) -> int:
     """Write the fleet's DCGM series as Prometheus stores them, for promtool's OpenMetrics backfill.
 
@@ -483,6 +484,7 @@ def write_backfill(
     counter's samples named `<name>_total`, and the stored name must stay the exporter's.
 
     Returns the number of samples written; `progress(done, total)` is called as samples are written.
+    `end_of_file=False` leaves out the closing `# EOF`, for a caller that appends more families.
     """
     if layout not in LAYOUTS:
         raise DataError(f"unknown layout {layout!r} (expected one of {', '.join(LAYOUTS)})")
@@ -518,7 +520,8 @@ def write_backfill(
             done += s.idx.size
             if progress is not None:
                 progress(done, total)
-    out.write("# EOF\n")
+    if end_of_file:
+        out.write("# EOF\n")
     return done
 
 

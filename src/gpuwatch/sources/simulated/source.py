@@ -18,6 +18,29 @@ class SimulatedSource:
 
     def __init__(self, fleet: SimulatedFleet) -> None:
         self.fleet = fleet
+        self._labelled: pd.DataFrame | None = None
+        self._truth: pd.DataFrame | None = None
+
+    def _ground_truth(self) -> pd.DataFrame:
+        if self._truth is None:
+            self._truth = self.fleet.truth()
+        return self._truth
+
+    def _labelled_telemetry(self) -> pd.DataFrame:
+        """Every telemetry row of the fleet with the workload DCGM names on it (built once)."""
+        if self._labelled is None:
+            fleet = self.fleet
+            tel = fleet.telemetry()[["timestamp", "node", "uuid", "gpu_instance_id", "util_ratio"]]
+            holders = self._ground_truth()[["timestamp", "uuid", "gpu_instance_id", "namespace", "pod"]]
+            rows = tel.merge(holders, on=["timestamp", "uuid", "gpu_instance_id"], how="left")
+            rows[["namespace", "pod"]] = rows[["namespace", "pod"]].fillna("")
+            profile = {(g.uuid, g.gpu_instance_id): g.mig_profile for g in fleet.gpus}
+            keys = list(zip(rows["uuid"], rows["gpu_instance_id"], strict=True))
+            rows["mig_profile"] = [profile[k] for k in keys]
+            prof = np.array([fleet.has_prof[u] for u in rows["uuid"]], dtype=bool)
+            rows["util_source"] = np.where(prof, UTIL_PROF, UTIL_DEV)
+            self._labelled = rows
+        return self._labelled
 
     def cluster_state(self) -> ClusterState:
         fleet = self.fleet
@@ -49,10 +72,7 @@ class SimulatedSource:
         the fleet's; coarser samples average the fleet's (as avg_over_time does).
         """
         fleet = self.fleet
-        tel = fleet.telemetry()[["timestamp", "node", "uuid", "gpu_instance_id", "util_ratio"]]
-        holders = fleet.truth()[["timestamp", "uuid", "gpu_instance_id", "namespace", "pod"]]
-        rows = tel.merge(holders, on=["timestamp", "uuid", "gpu_instance_id"], how="left")
-        rows[["namespace", "pod"]] = rows[["namespace", "pod"]].fillna("")
+        rows = self._labelled_telemetry()
         rows = rows[(rows["timestamp"] >= window.start) & (rows["timestamp"] < window.end)]
         if window.step_seconds != fleet.window.step_seconds:
             if window.step_seconds % fleet.window.step_seconds:
@@ -61,16 +81,17 @@ class SimulatedSource:
             rows = rows.assign(
                 timestamp=window.start + pd.to_timedelta(offset * window.step_seconds, unit="s")
             )
-            rows = rows.groupby(
-                ["timestamp", "node", "uuid", "gpu_instance_id", "namespace", "pod"],
-                as_index=False,
-                sort=False,
-            ).agg(util_ratio=("util_ratio", "mean"))
-        profile = {(g.uuid, g.gpu_instance_id): g.mig_profile for g in fleet.gpus}
-        keys = list(zip(rows["uuid"], rows["gpu_instance_id"], strict=True))
-        rows["mig_profile"] = [profile[k] for k in keys]
-        prof = np.array([fleet.has_prof[u] for u in rows["uuid"]], dtype=bool)
-        rows["util_source"] = np.where(prof, UTIL_PROF, UTIL_DEV)
+            keys = [
+                "timestamp",
+                "node",
+                "uuid",
+                "gpu_instance_id",
+                "namespace",
+                "pod",
+                "mig_profile",
+                "util_source",
+            ]
+            rows = rows.groupby(keys, as_index=False, sort=False).agg(util_ratio=("util_ratio", "mean"))
         return rows.reset_index(drop=True)
 
     def allocation_history(self, window: Window) -> pd.DataFrame:
@@ -79,7 +100,7 @@ class SimulatedSource:
         Columns: timestamp, namespace, pod, team, node, pool, ge_share (per pod and sample).
         """
         keys = ["namespace", "pod", "team", "node", "pool"]
-        truth = self.fleet.truth()
+        truth = self._ground_truth()
         truth = truth[(truth["timestamp"] >= window.start) & (truth["timestamp"] < window.end)]
         offset = (truth["timestamp"] - window.start).dt.total_seconds() // window.step_seconds
         truth = truth.assign(timestamp=window.start + pd.to_timedelta(offset * window.step_seconds, unit="s"))

@@ -39,7 +39,6 @@ def _kpi(label: str, value: str, kpi_id: str) -> html.Div:
 def refresh(_n: int) -> tuple[list[html.Div], object, str]:
     service = current_service()
     snap = service.snapshot()
-    fleet = service.fleet()
     util = "n/a" if math.isnan(snap.mean_util_ratio) else f"{snap.mean_util_ratio:.0%}"
     kpis = [
         _kpi("GPUs", f"{snap.gpus}", "gpus"),
@@ -50,13 +49,5 @@ def refresh(_n: int) -> tuple[list[html.Div], object, str]:
         _kpi("GPU pods pending", f"{snap.pods_pending}", "pending"),
         _kpi("nodes NotReady / cordoned", f"{snap.nodes_not_ready} / {snap.nodes_cordoned}", "nodes-bad"),
     ]
-    capacity: dict[str, float] = {}
-    for node in fleet.nodes:
-        capacity[node.pool] = capacity.get(node.pool, 0.0) + node.gpu_count
-    pool_of_node = {n.name: n.pool for n in fleet.nodes}
-    allocated: dict[str, float] = {}
-    for a in fleet.allocations:
-        if a.end is None:
-            allocated[pool_of_node[a.node]] = allocated.get(pool_of_node[a.node], 0.0) + a.ge
     as_of = f"As of {snap.as_of:%Y-%m-%d %H:%M} UTC · {len(snap.pools)} pools · {len(snap.teams)} teams"
-    return kpis, pool_allocation_bar(allocated, capacity), as_of
+    return kpis, pool_allocation_bar(snap.allocated_by_pool, snap.capacity_by_pool), as_of

@@ -1,0 +1,163 @@
+"""Fragmentation after Weng et al., "Beware of Fragmentation" (USENIX ATC'23), stranded GE, pending pods."""
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuwatch.model import normalize_product, utc
+from gpuwatch.schema import GPU_REQUESTS, PENDING_PODS, REQUEST_MIX, SCHEDULABLE_FREE
+
+FLEET_POOL = ""  # the pool of a pod without a product selector, and the key of the fleet-wide mix
+# Free GE is a sum of float shares: within this of k counts as k (1 − 1e-16 free GPUs fit a 1-GPU pod).
+EPSILON_GE = 1e-9
+
+
+def request_mix(requests: pd.DataFrame) -> pd.DataFrame:
+    """REQUEST_MIX (pool, k, p_k): the share p_k of GPU pods requesting k GE, per pool and fleet-wide.
+
+    requests: GPU_REQUESTS (namespace, pod, pool, gpus), one row per GPU pod seen in the window
+    (a repeated namespace/pod counts once, its last row). Pods without a pool ("") count in the
+    fleet-wide mix only, which is keyed pool "" and is what a pool with no pods uses. Pods
+    requesting no or unknown GE are not GPU pods. Sorted by pool, k; p_k sums to 1 per pool.
+    """
+    GPU_REQUESTS.check(requests)
+    pods = requests.drop_duplicates(["namespace", "pod"], keep="last")
+    pods = pods[pods["gpus"] > 0]
+    pooled = pods[pods["pool"] != FLEET_POOL]
+    per_pool = pooled.groupby(["pool", "gpus"], as_index=False, sort=True).size()
+    fleet = pods.groupby("gpus", as_index=False, sort=True).size().assign(pool=FLEET_POOL)
+    counts = pd.concat([fleet, per_pool], ignore_index=True)
+    totals = counts.groupby("pool")["size"].transform("sum")
+    out = pd.DataFrame(
+        {
+            "pool": counts["pool"].astype("str"),
+            "k": counts["gpus"].astype("float64"),
+            "p_k": (counts["size"] / totals).astype("float64"),
+        }
+    )
+    return out.sort_values(["pool", "k"], ignore_index=True)
+
+
+def fragmentation(free: pd.DataFrame, mix: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Fragmented GE per node-sample and the fragmentation ratio per pool-sample (SPEC §3).
+
+    The whole-GPU form of the fragmentation measure of Weng et al., "Beware of Fragmentation:
+    Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent" (USENIX ATC'23): with
+    free_n free GE on each schedulable node of a pool and p_k the share of the window's GPU pods
+    requesting k GE, F_n = Σ_k p_k · (free_n if free_n < k else 0) — the free GE a pod drawn from
+    the request mix is expected to find too small to use.
+
+    free: SCHEDULABLE_FREE (timestamp, node, pool, schedulable_free_ge; 0 on unschedulable nodes).
+    mix: REQUEST_MIX; a pool absent from it uses the fleet-wide mix (pool ""), and with no mix at
+    all nothing is fragmented.
+    Returns per_node — timestamp, node, pool, schedulable_free_ge, fragmented_ge (F_n) — and per_pool
+    — timestamp, pool, schedulable_free_ge (Σ free_n), fragmented_ge (Σ F_n), fragmentation_ratio
+    (Σ F_n / Σ free_n, 0 when nothing is free). Σ F_n is the fragmented part of `stranded`; the
+    ledger adds the free GE of cordoned nodes.
+    """
+    SCHEDULABLE_FREE.check(free)
+    REQUEST_MIX.check(mix)
+    free_ge = free["schedulable_free_ge"].to_numpy(dtype=np.float64)
+    pool_codes, pools = pd.factorize(free["pool"])
+    mixes = {str(p): m for p, m in mix.groupby("pool", sort=False)}
+    fragmented = np.zeros(len(free))
+    for code, pool in enumerate(pools):
+        pool_mix = mixes.get(str(pool), mixes.get(FLEET_POOL))
+        if pool_mix is None or not len(pool_mix):
+            continue
+        rows = pool_codes == code
+        fragmented[rows] = _fragmented(free_ge[rows], pool_mix)
+    per_node = free[["timestamp", "node", "pool", "schedulable_free_ge"]].assign(fragmented_ge=fragmented)
+    per_pool = per_node.groupby(["timestamp", "pool"], as_index=False, sort=True)[
+        ["schedulable_free_ge", "fragmented_ge"]
+    ].sum()
+    total = per_pool["schedulable_free_ge"].to_numpy(dtype=np.float64)
+    ratio = np.divide(
+        per_pool["fragmented_ge"].to_numpy(dtype=np.float64),
+        total,
+        out=np.zeros(len(per_pool)),
+        where=total > EPSILON_GE,
+    )
+    return per_node.reset_index(drop=True), per_pool.assign(fragmentation_ratio=ratio)
+
+
+def _fragmented(
+    free_ge: "np.ndarray[Any, np.dtype[np.float64]]", mix: pd.DataFrame
+) -> "np.ndarray[Any, np.dtype[np.float64]]":
+    """F_n = free_n · Σ_{k > free_n} p_k: a sorted search per node instead of a sum over k."""
+    ordered = mix.sort_values("k")
+    k = ordered["k"].to_numpy(dtype=np.float64)
+    p = ordered["p_k"].to_numpy(dtype=np.float64)
+    share_above = np.append(np.cumsum(p[::-1])[::-1], 0.0)  # share_above[j] = Σ_{m ≥ j} p_m
+    first_larger = np.searchsorted(k, free_ge + EPSILON_GE, side="right")
+    fragmented: np.ndarray[Any, np.dtype[np.float64]] = free_ge * share_above[first_larger]
+    return fragmented
+
+
+def fragmentation_summary(per_pool: pd.DataFrame, *, step_seconds: float) -> pd.DataFrame:
+    """Per pool over the window: fragmentation_ratio (time average, SPEC §3) and fragmented_gpu_hours."""
+    grouped = per_pool.groupby("pool", sort=True)
+    return pd.DataFrame(
+        {
+            "fragmentation_ratio": grouped["fragmentation_ratio"].mean(),
+            "fragmented_gpu_hours": grouped["fragmented_ge"].sum() * (step_seconds / 3600.0),
+        }
+    ).reset_index()
+
+
+def last_sample(free: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a per-sample frame at its last timestamp."""
+    if not len(free):
+        return free
+    at_last: pd.DataFrame = free[free["timestamp"] == free["timestamp"].max()]
+    return at_last.reset_index(drop=True)
+
+
+def largest_free_block(free: pd.DataFrame) -> pd.DataFrame:
+    """Per pool at the window's last sample: largest_free_block_ge, the largest request one node can
+    place now (max schedulable free GE of a node; 0 where no node is schedulable). Sorted by pool."""
+    SCHEDULABLE_FREE.check(free)
+    last = last_sample(free)
+    block = last.groupby("pool", sort=True)["schedulable_free_ge"].max()
+    return pd.DataFrame({"pool": block.index.astype("str"), "largest_free_block_ge": block.to_numpy()})
+
+
+def diagnose_pending(
+    pending: pd.DataFrame, free_at_last_sample: pd.DataFrame, *, as_of: datetime
+) -> pd.DataFrame:
+    """Why each pending GPU pod waits: blocked_by "fragmentation" or "capacity" (SPEC §3).
+
+    pending: PENDING_PODS (namespace, pod, team, pool — "" for the whole fleet —, gpus = k requested
+    GE, created_at). free_at_last_sample: SCHEDULABLE_FREE; only its rows at the last timestamp count.
+    as_of: the window's end (the report's "now"); no clock is read here.
+    Fragmentation when the pod's pool (the fleet for "") has ≥ k free GE in total on schedulable
+    nodes but no single node has k; capacity otherwise. Returns the pending columns plus
+    pool_free_ge, largest_free_block_ge, waiting_seconds (as_of − created_at) and blocked_by, sorted
+    by waiting_seconds descending.
+    """
+    PENDING_PODS.check(pending)
+    SCHEDULABLE_FREE.check(free_at_last_sample)
+    last = last_sample(free_at_last_sample)
+    per_pool = last.groupby("pool")["schedulable_free_ge"].agg(["sum", "max"])
+    fleet = last["schedulable_free_ge"].agg(["sum", "max"])
+    per_pool.loc[FLEET_POOL] = fleet.fillna(0.0).to_numpy()
+    pool = pending["pool"].map(lambda p: normalize_product(p) if p else FLEET_POOL).astype("str")
+    stats = per_pool.reindex(pool.to_numpy()).fillna(0.0)
+    total = stats["sum"].to_numpy(dtype=np.float64)
+    largest = stats["max"].to_numpy(dtype=np.float64)
+    k = pending["gpus"].to_numpy(dtype=np.float64)
+    fragmented = (total >= k - EPSILON_GE) & (largest < k - EPSILON_GE)
+    waited = (pd.Timestamp(utc(as_of)) - pending["created_at"]).dt.total_seconds()
+    out = pending.assign(
+        pool=pool,
+        pool_free_ge=total,
+        largest_free_block_ge=largest,
+        waiting_seconds=waited.astype("float64"),
+        blocked_by=np.where(fragmented, "fragmentation", "capacity"),
+    )
+    out["blocked_by"] = out["blocked_by"].astype("str")
+    return out.sort_values(
+        ["waiting_seconds", "namespace", "pod"], ascending=[False, True, True], ignore_index=True
+    )

@@ -1,0 +1,151 @@
+"""A prometheus_client collector that builds fresh gpuwatch_* gauges on every scrape from the last cycle."""
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuwatch.errors import KubernetesError, PrometheusError, SourceError
+from gpuwatch.series import Family, published_series
+from gpuwatch.service import FleetService
+
+SOURCES = ("prometheus", "kubernetes")
+
+
+@dataclass
+class CycleResult:
+    """What the last collection cycle produced; families survive a failed cycle (stale, not zero)."""
+
+    families: list[Family] = field(default_factory=list)
+    source_up: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0.0))
+    last_success: dict[str, float] = field(default_factory=dict)
+    duration_seconds: float = float("nan")
+    error: str = ""
+
+
+class ExportLoop:
+    """Every `interval_seconds`: list pods/nodes, read recent DCGM data, recompute the published series."""
+
+    def __init__(
+        self,
+        service: FleetService,
+        *,
+        interval_seconds: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.service = service
+        self.interval_seconds = interval_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._result = CycleResult()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def result(self) -> CycleResult:
+        with self._lock:
+            return self._result
+
+    def run_once(self) -> CycleResult:
+        """One cycle; a failing source is marked down and the previous series are kept."""
+        started = self._clock()
+        previous = self.result
+        up = dict(previous.source_up)
+        last_success = dict(previous.last_success)
+        families, error = previous.families, ""
+        settings = self.service.settings
+        step = 60
+        # Enough history to apply the idle rule at the last complete sample.
+        days = (settings.idle.window_seconds + 5 * step) / 86400
+        end = self.service.now() - timedelta(seconds=step)
+        try:
+            analysis = self.service.analysis(self.service.window(days=days, end=end, step_seconds=step))
+            families = published_series(analysis)
+            up = dict.fromkeys(SOURCES, 1.0)
+            last_success = dict.fromkeys(SOURCES, started)
+        except KubernetesError as e:
+            up["kubernetes"], error = 0.0, str(e)
+        except PrometheusError as e:
+            up["prometheus"], up["kubernetes"], error = 0.0, 1.0, str(e)
+            last_success["kubernetes"] = started
+        except SourceError as e:
+            up, error = dict.fromkeys(SOURCES, 0.0), str(e)
+        result = CycleResult(
+            families=families,
+            source_up=up,
+            last_success=last_success,
+            duration_seconds=self._clock() - started,
+            error=error,
+        )
+        with self._lock:
+            self._result = result
+        return result
+
+    def start(self) -> "ExportLoop":
+        """Cycle in a daemon thread, the first cycle one interval from now (run_once() the first yourself)."""
+        self._thread = threading.Thread(target=self._run, name="gpuwatch-export", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_seconds):
+            self.run_once()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+class GpuwatchCollector(Collector):
+    """Renders the last cycle's series as new gauge families on every scrape (no stale label sets)."""
+
+    def __init__(self, loop: ExportLoop) -> None:
+        self.loop = loop
+
+    def collect(self) -> Iterator[Metric]:
+        result = self.loop.result
+        for family in result.families:
+            gauge = GaugeMetricFamily(family.name, family.help, labels=list(family.labels))
+            labels = family.samples[list(family.labels)].astype("str").to_numpy().tolist()
+            for values, value in zip(labels, family.samples["value"].to_numpy(), strict=True):
+                gauge.add_metric(values, float(value))
+            yield gauge
+        up = GaugeMetricFamily(
+            "gpuwatch_source_up", "1 when the last read of the source succeeded.", labels=["source"]
+        )
+        seen = GaugeMetricFamily(
+            "gpuwatch_source_last_success_timestamp_seconds",
+            "When the source last answered.",
+            labels=["source"],
+        )
+        for source in SOURCES:
+            up.add_metric([source], result.source_up.get(source, 0.0))
+            if source in result.last_success:
+                seen.add_metric([source], result.last_success[source])
+        yield up
+        yield seen
+        duration = GaugeMetricFamily(
+            "gpuwatch_collect_duration_seconds", "Duration of the last collection cycle in seconds."
+        )
+        duration.add_metric([], result.duration_seconds)
+        yield duration
+
+
+def serve_exporter(
+    service: FleetService, *, host: str = "127.0.0.1", port: int = 9402, interval_seconds: float = 30.0
+) -> tuple[Any, ExportLoop, CollectorRegistry]:
+    """Start the loop and the HTTP endpoint; returns (server, loop, registry). The first cycle runs first."""
+    loop = ExportLoop(service, interval_seconds=interval_seconds)
+    loop.run_once()
+    registry = CollectorRegistry()
+    registry.register(GpuwatchCollector(loop))
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    loop.start()
+    return server, loop, registry

@@ -1,0 +1,281 @@
+"""The gpuwatch_* series (docs/metrics.md) derived from an analysis: at its last sample, or at every one."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+import numpy as np
+import pandas as pd
+
+from gpuwatch import __version__
+from gpuwatch.model import LEDGER_STATES
+
+if TYPE_CHECKING:  # the service layer imports this module; only the type flows back
+    from gpuwatch.service import Analysis
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family: name, help, and a frame of label columns plus `value` (and `timestamp`)."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...]
+    samples: pd.DataFrame
+
+
+HELP = {
+    "gpuwatch_pod_gpu_allocation": "GPU-equivalents the pod holds.",
+    "gpuwatch_pod_gpu_idle": "GPU-equivalents of the pod that are idle-allocated (SPEC idle rule).",
+    "gpuwatch_pod_gpu_utilization_ratio": "GE-weighted mean utilization of the pod's GPUs (0-1).",
+    "gpuwatch_node_gpus": "GPU-equivalents of the node in each ledger state.",
+    "gpuwatch_node_gpu_capacity": "Physical GPUs on the node.",
+    "gpuwatch_node_gpu_allocatable": "GPU-equivalents the device plugin advertises as allocatable.",
+    "gpuwatch_node_gpus_reporting": "GPU units of the node with DCGM telemetry in the last sample.",
+    "gpuwatch_team_gpus": "GPU-equivalents the team holds, idle-allocated or active.",
+    "gpuwatch_pool_gpus": "GPU-equivalents of the pool in each ledger state.",
+    "gpuwatch_pool_fragmentation_ratio": "FGD fragmentation ratio of the pool (Weng et al., ATC'23).",
+    "gpuwatch_pool_largest_free_block_gpus": "Largest GPU request one schedulable node of the pool can take.",
+    "gpuwatch_pool_price_usd_per_gpu_hour": "Price per GPU-hour of the pool's product.",
+    "gpuwatch_team_cost_usd_per_hour": "Allocated GPU-equivalents of the team times their price.",
+    "gpuwatch_team_idle_cost_usd_per_hour": "Idle-allocated GPU-equivalents of the team times their price.",
+    "gpuwatch_pending_pod_gpus": "GPU-equivalents a pending GPU pod requests.",
+    "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
+    "gpuwatch_build_info": "gpuwatch build information.",
+}
+
+
+def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Family]:
+    """Every gpuwatch_* family of docs/metrics.md (but the self-monitoring ones) for the analysis.
+
+    last_only: the values at the window's last sample, as `gpuwatch export` publishes them each cycle;
+    else one sample per analysis sample (a `timestamp` column), for backfilling history.
+    """
+    marked = analysis.marked
+    by_node = analysis.by_node
+    per_pool = analysis.per_pool
+    if last_only:
+        last = analysis.window.start + pd.Timedelta(
+            seconds=(analysis.window.n_samples - 1) * analysis.window.step_seconds
+        )
+        marked = marked[marked["timestamp"] == last]
+        by_node = by_node[by_node["timestamp"] == last]
+        per_pool = per_pool[per_pool["timestamp"] == last]
+    t = ["timestamp"]
+    pod_keys = ["namespace", "pod", "team", "node", "pool"]
+    price = price_per_pool(analysis)
+    marked = marked.assign(
+        idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
+        util_ge=marked["ge_share"] * marked["util_ratio"],
+        usd=marked["ge_share"] * marked["pool"].map(price).astype("float64"),
+    )
+    marked = marked.assign(idle_usd=np.where(marked["idle"], marked["usd"], 0.0))
+    pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
+        ge=("ge_share", "sum"),
+        idle=("idle_ge", "sum"),
+        util_ge=("util_ge", "sum"),
+        known=("util_ratio", "count"),
+    )
+    resources = analysis.pod_resources
+    pods = pods.merge(resources, on=["namespace", "pod"], how="left").fillna({"resource": ""})
+    util = pods[pods["known"] > 0]
+    util = util.assign(value=util["util_ge"] / util["ge"])
+    families = [
+        Family(
+            "gpuwatch_pod_gpu_allocation",
+            HELP["gpuwatch_pod_gpu_allocation"],
+            (*pod_keys, "resource"),
+            pods.rename(columns={"ge": "value"}),
+        ),
+        Family(
+            "gpuwatch_pod_gpu_idle",
+            HELP["gpuwatch_pod_gpu_idle"],
+            tuple(pod_keys),
+            pods.rename(columns={"idle": "value"}),
+        ),
+        Family(
+            "gpuwatch_pod_gpu_utilization_ratio",
+            HELP["gpuwatch_pod_gpu_utilization_ratio"],
+            tuple(pod_keys),
+            util,
+        ),
+    ]
+    state_columns = {f"{s}_ge": s for s in LEDGER_STATES}
+    node_states = by_node.melt(
+        id_vars=["timestamp", "node", "pool"],
+        value_vars=list(state_columns),
+        var_name="state",
+        value_name="value",
+    )
+    node_states["state"] = node_states["state"].map(state_columns)
+    families.append(
+        Family("gpuwatch_node_gpus", HELP["gpuwatch_node_gpus"], ("node", "pool", "state"), node_states)
+    )
+    pool_states = node_states.groupby(["timestamp", "pool", "state"], as_index=False).agg(
+        value=("value", "sum")
+    )
+    families.append(Family("gpuwatch_pool_gpus", HELP["gpuwatch_pool_gpus"], ("pool", "state"), pool_states))
+    nodes = analysis.nodes
+    times = by_node[["timestamp"]].drop_duplicates()
+    per_node = times.merge(nodes, how="cross")
+    families.append(
+        Family(
+            "gpuwatch_node_gpu_capacity",
+            HELP["gpuwatch_node_gpu_capacity"],
+            ("node", "pool"),
+            per_node.rename(columns={"capacity_ge": "value"}),
+        )
+    )
+    families.append(
+        Family(
+            "gpuwatch_node_gpu_allocatable",
+            HELP["gpuwatch_node_gpu_allocatable"],
+            ("node", "pool"),
+            per_node.rename(columns={"allocatable_ge": "value"}),
+        )
+    )
+    reporting = analysis.units_reporting
+    if last_only:
+        reporting = (
+            reporting[reporting["timestamp"] == reporting["timestamp"].max()] if len(reporting) else reporting
+        )
+    reporting = (
+        per_node[["timestamp", "node", "pool"]]
+        .merge(reporting, on=["timestamp", "node"], how="left")
+        .fillna({"units": 0.0})
+    )
+    families.append(
+        Family(
+            "gpuwatch_node_gpus_reporting",
+            HELP["gpuwatch_node_gpus_reporting"],
+            ("node", "pool"),
+            reporting.rename(columns={"units": "value"}),
+        )
+    )
+    teams = marked.groupby(["timestamp", "team"], as_index=False).agg(
+        allocated_idle=("idle_ge", "sum"),
+        total=("ge_share", "sum"),
+        usd=("usd", "sum"),
+        idle_usd=("idle_usd", "sum"),
+    )
+    teams["allocated_active"] = teams["total"] - teams["allocated_idle"]
+    team_states = teams.melt(
+        id_vars=["timestamp", "team"],
+        value_vars=["allocated_idle", "allocated_active"],
+        var_name="state",
+        value_name="value",
+    )
+    families.append(Family("gpuwatch_team_gpus", HELP["gpuwatch_team_gpus"], ("team", "state"), team_states))
+    families.append(
+        Family(
+            "gpuwatch_team_cost_usd_per_hour",
+            HELP["gpuwatch_team_cost_usd_per_hour"],
+            ("team",),
+            teams.rename(columns={"usd": "value"}),
+        )
+    )
+    families.append(
+        Family(
+            "gpuwatch_team_idle_cost_usd_per_hour",
+            HELP["gpuwatch_team_idle_cost_usd_per_hour"],
+            ("team",),
+            teams.rename(columns={"idle_usd": "value"}),
+        )
+    )
+    families.append(
+        Family(
+            "gpuwatch_pool_fragmentation_ratio",
+            HELP["gpuwatch_pool_fragmentation_ratio"],
+            ("pool",),
+            per_pool.rename(columns={"fragmentation_ratio": "value"}),
+        )
+    )
+    free = analysis.free
+    if last_only:
+        free = free[free["timestamp"] == free["timestamp"].max()] if len(free) else free
+    blocks = free.groupby(["timestamp", "pool"], as_index=False).agg(value=("schedulable_free_ge", "max"))
+    families.append(
+        Family(
+            "gpuwatch_pool_largest_free_block_gpus",
+            HELP["gpuwatch_pool_largest_free_block_gpus"],
+            ("pool",),
+            blocks,
+        )
+    )
+    prices = times.merge(pd.DataFrame({"pool": list(price), "value": list(price.values())}), how="cross")
+    families.append(
+        Family(
+            "gpuwatch_pool_price_usd_per_gpu_hour",
+            HELP["gpuwatch_pool_price_usd_per_gpu_hour"],
+            ("pool",),
+            prices,
+        )
+    )
+    # Pending pods are known at the window's end only (the API server keeps no history of them).
+    end = times["timestamp"].max() if len(times) else pd.Timestamp(analysis.window.end)
+    pending = analysis.pending.assign(timestamp=end)
+    families.append(
+        Family(
+            "gpuwatch_pending_pod_gpus",
+            HELP["gpuwatch_pending_pod_gpus"],
+            ("namespace", "pod", "team", "pool", "blocked_by"),
+            pending.rename(columns={"gpus": "value"}),
+        )
+    )
+    families.append(
+        Family(
+            "gpuwatch_pending_pod_waiting_seconds",
+            HELP["gpuwatch_pending_pod_waiting_seconds"],
+            ("namespace", "pod", "team", "pool"),
+            pending.rename(columns={"waiting_seconds": "value"}),
+        )
+    )
+    families.append(
+        Family(
+            "gpuwatch_build_info",
+            HELP["gpuwatch_build_info"],
+            ("version",),
+            times.assign(version=__version__, value=1.0),
+        )
+    )
+    return [_tidy(f) for f in families]
+
+
+def price_per_pool(analysis: "Analysis") -> dict[str, float]:
+    """USD per GPU-hour of every pool the analysis names (the price book's default where unknown)."""
+    pools = set(analysis.nodes["pool"]) | set(analysis.marked["pool"])
+    return {pool: analysis.settings.pricing.usd_per_gpu_hour(pool) for pool in sorted(pools)}
+
+
+def _tidy(family: Family) -> Family:
+    samples = family.samples
+    columns = ["timestamp", *family.labels, "value"]
+    samples = samples[[c for c in columns if c in samples.columns]]
+    samples = samples[samples["value"].notna()].reset_index(drop=True)
+    return Family(family.name, family.help, family.labels, samples)
+
+
+def write_openmetrics(families: Sequence[Family], out: TextIO, *, offset_seconds: float = 0.0) -> int:
+    """Append families with a `timestamp` column as OpenMetrics (each series in time order) + `# EOF`.
+
+    offset_seconds shifts every timestamp: the simulated backfill writes sample i mid-interval.
+    Returns the number of samples written.
+    """
+    written = 0
+    for family in families:
+        out.write(f"# HELP {family.name} {family.help}\n# TYPE {family.name} gauge\n")
+        samples = family.samples.sort_values([*family.labels, "timestamp"], kind="stable")
+        seconds = samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy() / 1e3 + offset_seconds
+        label_text = samples[list(family.labels)].astype("str").to_numpy().tolist()
+        lines = []
+        for values, value, ts in zip(label_text, samples["value"].to_numpy(), seconds, strict=True):
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in zip(family.labels, values, strict=True))
+            lines.append(f"{family.name}{{{labels}}} {float(value)!r} {ts:.3f}\n")
+        out.write("".join(lines))
+        written += len(lines)
+    out.write("# EOF\n")
+    return written
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

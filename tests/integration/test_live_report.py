@@ -1,0 +1,119 @@
+"""The live path end to end: `gpuwatch report` against a real Prometheus and the Kubernetes API test server.
+
+Per label layout of SPEC §2, the per-team allocated and used GPU-hours equal the simulator's ground truth.
+"""
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
+
+pytestmark = pytest.mark.integration
+END = datetime(2026, 11, 20, tzinfo=UTC)
+UTIL = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+TOKEN = "live-token"
+
+
+@pytest.fixture(scope="module")
+def fleet() -> SimulatedFleet:
+    return build_demo_fleet(seed=11, end=END, days=0.5)
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with KubeApiServer(fleet, token=TOKEN) as server:
+        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        yield str(path)
+
+
+def _report(prom: BackfilledPrometheus, kubeconfig: str, fleet: SimulatedFleet, *extra: str) -> dict:  # type: ignore[type-arg]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "report",
+            "--prometheus-url",
+            prom.url,
+            "--kubeconfig",
+            kubeconfig,
+            "--start",
+            fleet.window.start.isoformat(),
+            "--end",
+            fleet.window.end.isoformat(),
+            "--step",
+            "60s",
+            "--format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict = json.loads(result.stdout)  # type: ignore[type-arg]
+    return report
+
+
+def _truth_per_team(fleet: SimulatedFleet) -> pd.DataFrame:
+    truth = fleet.truth()
+    step_h = fleet.window.step_seconds / 3600
+    return (
+        truth.assign(
+            allocated=truth["ge_share"] * step_h,
+            used=(truth["ge_share"] * truth["util_ratio"]).fillna(0.0) * step_h,
+        )
+        .groupby("team")[["allocated", "used"]]
+        .sum()
+    )
+
+
+@pytest.mark.parametrize("layout", ["servicemonitor", "honor_labels"])
+def test_report_per_team_equals_ground_truth(
+    layout: str, fleet: SimulatedFleet, kubeconfig: str, prometheus_factory: PrometheusFactory, tmp_path: Path
+) -> None:
+    prom = prometheus_factory(fleet, layout=layout, metrics=UTIL, gpuwatch_series=True)
+    config = tmp_path / "gpuwatch.yaml"
+    config.write_text("teams: {namespaces: {notebooks: data-science}}\n")
+    report = _report(prom, kubeconfig, fleet, "--config", str(config))
+    got = pd.DataFrame(report["teams"]).set_index("team")[["allocated_gpu_hours", "used_gpu_hours"]]
+    expected = _truth_per_team(fleet)
+    assert sorted(got.index) == sorted(expected.index)
+    for team, row in expected.iterrows():
+        assert got.loc[team, "allocated_gpu_hours"] == pytest.approx(row["allocated"], rel=0.01), team
+        assert got.loc[team, "used_gpu_hours"] == pytest.approx(row["used"], rel=0.01, abs=1e-6), team
+    assert report["coverage"]["util_source"]["DCGM_FI_DEV_GPU_UTIL"] > 0  # the T4s have no PROF fields
+    assert report["coverage"]["util_source"]["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] > 0
+    assert {p["pod"] for p in report["pending"]} == {"pretrain-70b-0", "reindex-embed-0"}
+
+
+def test_prometheus_down_exits_3_with_one_line(fleet: SimulatedFleet, kubeconfig: str) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "report",
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--kubeconfig",
+            kubeconfig,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("gpuwatch: error: prometheus at http://127.0.0.1:9 unreachable")

@@ -1,0 +1,137 @@
+"""Dollars of SPEC §3 by hand: price book × GE-hours, MIG and time-sliced shares, unknown products."""
+
+import math
+
+import pandas as pd
+import pytest
+from pandas.testing import assert_frame_equal
+
+from gpuwatch.analytics.cost import ledger_cost, price_warnings, usage_cost, usd_per_gpu_hour
+from gpuwatch.model import PriceBook
+from gpuwatch.schema import IDLE_MARKED
+
+T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")
+H100, A100, T4, WEIRD = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "TESLA-T4", "WEIRD-GPU"
+# Book keys are normalized like pools: "NVIDIA H100 80GB HBM3" prices the H100 pool.
+BOOK = PriceBook(
+    default_usd_per_gpu_hour=2.0,
+    products={"NVIDIA H100 80GB HBM3": 4.0, "NVIDIA-A100-SXM4-80GB": 2.5, "Tesla-T4": 0.35},
+)
+WARNING = "unknown product WEIRD-GPU priced at default $2.00/GPU-hour"
+EXACT = {"check_exact": False, "rtol": 1e-12, "atol": 1e-15}
+
+
+def test_price_per_pool_keeps_the_index() -> None:
+    pools = pd.Series([H100, WEIRD, T4, A100], index=[10, 11, 12, 13], dtype="str")
+    expected = pd.Series([4.0, 2.0, 0.35, 2.5], index=[10, 11, 12, 13], name="usd_per_gpu_hour")
+    pd.testing.assert_series_equal(usd_per_gpu_hour(pools, BOOK), expected)
+    assert price_warnings(pools, BOOK) == [WARNING]
+    assert price_warnings(pd.Series(["", H100], dtype="str"), BOOK) == [
+        "unknown product (none) priced at default $2.00/GPU-hour"
+    ]
+
+
+def by_node() -> pd.DataFrame:
+    """A ledger (Ledger.by_node) at one hourly sample, so GE-hours = GE."""
+    return pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime([T0] * 4, utc=True),
+            "node": pd.Series(["h", "a", "t", "w"], dtype="str"),
+            "pool": pd.Series([H100, A100, T4, WEIRD], dtype="str"),
+            "capacity_ge": [8.0, 1.0, 1.0, 2.0],
+            "unavailable_ge": [1.0, 0.0, 0.0, 0.0],
+            "stranded_ge": [1.5, 0.0, 0.0, 0.0],
+            "unallocated_ge": [0.5, 2 / 7, 0.5, 1.0],
+            "allocated_idle_ge": [1.0, 3 / 7, 0.25, 0.0],  # MIG 3g.40gb = 3/7 GE; a 1/4 T4 replica
+            "allocated_active_ge": [4.0, 2 / 7, 0.25, 1.0],
+            "overallocated_ge": [0.0, 0.0, 0.0, 0.0],
+        }
+    )
+
+
+def test_ledger_cost_per_pool() -> None:
+    costs, warnings = ledger_cost(by_node(), step_seconds=3600, price_book=BOOK)
+    expected = pd.DataFrame(
+        {
+            "pool": pd.Series([A100, H100, T4, WEIRD], dtype="str"),
+            # A100 $2.5: allocated 5/7, idle 3/7, unallocated 2/7. H100 $4: 5, 1, 0.5, stranded 1.5,
+            # unavailable 1. T4 $0.35: 0.5, 0.25, 0.5. WEIRD at the $2 default: 1, 0, 1.
+            "cost_usd": [5 / 7 * 2.5, 20.0, 0.175, 2.0],
+            "waste_usd": [3 / 7 * 2.5, 4.0, 0.0875, 0.0],
+            "unallocated_cost_usd": [2 / 7 * 2.5, 2.0, 0.175, 2.0],
+            "stranded_cost_usd": [0.0, 6.0, 0.0, 0.0],
+            "unavailable_cost_usd": [0.0, 4.0, 0.0, 0.0],
+        }
+    )
+    assert_frame_equal(costs, expected, **EXACT)
+    assert warnings == [WARNING]
+
+
+def test_ledger_cost_for_the_fleet_at_one_minute_steps() -> None:
+    costs, _ = ledger_cost(by_node(), step_seconds=60, price_book=BOOK, by=())
+    # Sum of the pools above, and a 60 s sample is 1/60 of an hour.
+    assert costs.to_dict("records") == [
+        {
+            "cost_usd": pytest.approx((5 / 7 * 2.5 + 20 + 0.175 + 2) / 60),
+            "waste_usd": pytest.approx((3 / 7 * 2.5 + 4 + 0.0875) / 60),
+            "unallocated_cost_usd": pytest.approx((2 / 7 * 2.5 + 2 + 0.175 + 2) / 60),
+            "stranded_cost_usd": pytest.approx(6 / 60),
+            "unavailable_cost_usd": pytest.approx(4 / 60),
+        }
+    ]
+
+
+def marked() -> pd.DataFrame:
+    rows = [  # (sample, pod, team, pool, ge_share, util, idle)
+        (0, "p", "x", H100, 1.0, 0.5, False),
+        (1, "p", "x", H100, 1.0, 0.0, True),
+        (0, "q", "x", A100, 3 / 7, 0.0, True),
+        (0, "r", "y", T4, 0.25, 0.6, False),
+        (0, "s", "y", WEIRD, 1.0, math.nan, True),
+    ]
+    frame = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime([T0 + pd.Timedelta(hours=r[0]) for r in rows], utc=True),
+            "namespace": "ml",
+            "pod": [r[1] for r in rows],
+            "team": [r[2] for r in rows],
+            "node": "n",
+            "pool": [r[3] for r in rows],
+            "uuid": [f"GPU-{r[1]}" for r in rows],
+            "gpu_instance_id": "",
+            "ge_share": [r[4] for r in rows],
+            "util_ratio": [r[5] for r in rows],
+            "idle": [r[6] for r in rows],
+            "low_util_since": pd.Series(pd.NaT, index=range(len(rows)), dtype="datetime64[ns, UTC]"),
+        }
+    )
+    for column in ("namespace", "pod", "team", "node", "pool", "uuid", "gpu_instance_id"):
+        frame[column] = frame[column].astype("str")
+    return IDLE_MARKED.check(frame)
+
+
+def test_usage_cost_per_team() -> None:
+    costs, warnings = usage_cost(marked(), step_seconds=3600, price_book=BOOK, by="team")
+    expected = pd.DataFrame(
+        {
+            "team": pd.Series(["x", "y"], dtype="str"),
+            # x: p 2 GE-h on H100 (1 idle), q 3/7 idle on A100. y: r 1/4 on T4, s 1 idle on WEIRD.
+            "allocated_gpu_hours": [2 + 3 / 7, 1.25],
+            "used_gpu_hours": [0.5, 0.15],  # x: 0.5×1 + 0×1 + 0×3/7; y: 0.6×0.25 (s unknown)
+            "idle_gpu_hours": [1 + 3 / 7, 1.0],
+            "efficiency": [0.5 / (2 + 3 / 7), 0.15 / 1.25],
+            "pods": [2, 2],
+            "cost_usd": [2 * 4.0 + 3 / 7 * 2.5, 0.25 * 0.35 + 2.0],
+            "waste_usd": [4.0 + 3 / 7 * 2.5, 2.0],
+        }
+    )
+    assert_frame_equal(costs, expected, **EXACT)
+    assert warnings == [WARNING]
+
+
+def test_usage_cost_per_workload_sums_to_the_fleet() -> None:
+    workloads, _ = usage_cost(marked(), step_seconds=3600, price_book=BOOK, by="workload")
+    fleet, _ = usage_cost(marked(), step_seconds=3600, price_book=BOOK, by="fleet")
+    assert workloads["pod"].tolist() == ["p", "q", "r", "s"]
+    assert workloads["waste_usd"].sum() == pytest.approx(fleet["waste_usd"].iloc[0])
+    assert fleet["cost_usd"].iloc[0] == pytest.approx(8 + 3 / 7 * 2.5 + 0.0875 + 2)
