@@ -237,14 +237,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from gpuwatch.service import check
 
-    lines, problems, unreachable = check(_settings(args))
-    for line in lines:
-        print(line)
-    for problem in problems:
+    result = check(_settings(args))
+    for line in result.findings:
+        print(f"ok: {line}")
+    for line in result.warnings:
+        print(f"warning: {line}")
+    for problem in result.problems:
         print(f"gpuwatch: problem: {problem}", file=sys.stderr)
-    if unreachable:
+    if result.unreachable:
         return EXIT_SOURCE
-    return 1 if problems else EXIT_OK
+    return 1 if result.problems else EXIT_OK
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:

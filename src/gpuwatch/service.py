@@ -617,11 +617,19 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
 # `gpuwatch check`
 
 
-def check(settings: Settings) -> tuple[list[str], list[str], bool]:
-    """Connectivity, RBAC, DCGM metrics and label layout, coverage of the last hour.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckResult:
+    """What `gpuwatch check` found; every entry is one line."""
 
-    Returns (findings, problems, a source was unreachable); every entry is one line.
-    """
+    findings: list[str]
+    warnings: list[str]  # coverage warnings: worth reading, not failures
+    problems: list[str]  # failures: the command exits non-zero
+    unreachable: bool  # a source could not be reached at all
+
+
+def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) -> CheckResult:
+    """Connectivity, RBAC (can gpuwatch list what it needs?), DCGM metrics and label layout, coverage
+    of the last hour."""
     if not settings.prometheus.url:
         raise ConfigError(
             "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
@@ -629,9 +637,10 @@ def check(settings: Settings) -> tuple[list[str], list[str], bool]:
     findings: list[str] = []
     problems: list[str] = []
     unreachable = False
-    sources = LiveSources(settings)
+    sources = LiveSources(settings, clock=clock)
+    warnings: list[str] = []
     try:
-        found = sources.prometheus.discover()
+        found = sources.prometheus.discover(at=sources.now())
         util = [
             m
             for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
@@ -662,7 +671,7 @@ def check(settings: Settings) -> tuple[list[str], list[str], bool]:
             analysis = service.analysis(service.window(days=1 / 24))
         except SourceError as e:
             problems.append(str(e))
-            return findings, problems, True
+            return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=True)
         c = analysis.coverage
         share = c.gpu_samples_present / c.gpu_samples_expected if c.gpu_samples_expected else 0.0
         findings.append(
@@ -673,5 +682,5 @@ def check(settings: Settings) -> tuple[list[str], list[str], bool]:
         for name, gpus, ready in analysis.nodes[["node", "capacity_ge", "ready"]].itertuples(index=False):
             if gpus > 0 and ready and name not in reporting:
                 problems.append(f"node {name} has {gpus:g} GPUs but no DCGM series")
-        problems += list(c.warnings)
-    return findings, problems, unreachable
+        warnings += list(c.warnings)
+    return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=unreachable)

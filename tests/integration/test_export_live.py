@@ -1,0 +1,120 @@
+"""`gpuwatch export` on the live path: real Prometheus and API test server; Prometheus down keeps serving."""
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.exporter import ExportLoop, GpuwatchCollector
+from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from tests.integration.prom import PrometheusFactory, free_port
+
+pytestmark = pytest.mark.integration
+TOKEN = "export-token"
+
+
+@pytest.fixture(scope="module")
+def fleet() -> SimulatedFleet:
+    return build_demo_fleet(seed=5, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.25)
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with KubeApiServer(fleet, token=TOKEN) as server:
+        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        yield str(path)
+
+
+def _families(loop: ExportLoop) -> dict[str, list[tuple[dict[str, str], float]]]:
+    registry = CollectorRegistry()
+    registry.register(GpuwatchCollector(loop))
+    text = generate_latest(registry).decode()
+    return {f.name: [(s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
+
+
+def test_live_exporter_publishes_what_the_demo_exporter_does(
+    fleet: SimulatedFleet, kubeconfig: str, prometheus_factory: PrometheusFactory
+) -> None:
+    prom = prometheus_factory(fleet, metrics=("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+    settings = demo_settings(
+        Settings(
+            prometheus=PrometheusSettings(url=prom.url),
+            kubernetes=KubernetesSettings(kubeconfig=kubeconfig),
+        )
+    )
+    live = ExportLoop(FleetService(settings=settings, sources=LiveSources(settings, clock=lambda: fleet.now)))
+    demo = ExportLoop(FleetService.demo(Settings(), fleet))
+    assert live.run_once().error == ""
+    demo.run_once()
+    got, expected = _families(live), _families(demo)
+    for name in (
+        "gpuwatch_pod_gpu_allocation",
+        "gpuwatch_pod_gpu_idle",
+        "gpuwatch_node_gpus",
+        "gpuwatch_team_gpus",
+    ):
+        live_values = {tuple(sorted(labels.items())): value for labels, value in got[name]}
+        demo_values = {tuple(sorted(labels.items())): value for labels, value in expected[name]}
+        assert live_values.keys() == demo_values.keys(), name
+        assert live_values == pytest.approx(demo_values), name
+    assert {labels["source"]: value for labels, value in got["gpuwatch_source_up"]} == {
+        "prometheus": 1.0,
+        "kubernetes": 1.0,
+    }
+
+
+def test_export_keeps_serving_with_prometheus_down(kubeconfig: str, tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "export",
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--kubeconfig",
+            kubeconfig,
+            "--port",
+            str(port),
+            "--interval",
+            "1s",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        body = ""
+        while time.monotonic() < deadline:
+            try:
+                body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+                break
+            except requests.ConnectionError:
+                time.sleep(0.5)
+        up = {
+            s.labels["source"]: s.value
+            for f in text_string_to_metric_families(body)
+            if f.name == "gpuwatch_source_up"
+            for s in f.samples
+        }
+        assert up == {"prometheus": 0.0, "kubernetes": 1.0}
+        time.sleep(2.5)  # a few more failing cycles: the endpoint stays up
+        assert requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).status_code == 200
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    assert "Traceback" not in stderr
+    assert "warning: prometheus at http://127.0.0.1:9 unreachable" in stderr

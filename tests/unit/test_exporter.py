@@ -1,0 +1,114 @@
+"""`gpuwatch export`: fresh gauges per scrape, golden exposition text, a failing source marked down."""
+
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuwatch.config import Settings
+from gpuwatch.errors import PrometheusError
+from gpuwatch.exporter import ExportLoop, GpuwatchCollector
+from gpuwatch.model import Window
+from gpuwatch.service import FleetService, SimulatedSources
+from gpuwatch.sources.kubernetes import ClusterState
+from gpuwatch.sources.simulated import build_demo_fleet
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "exporter.txt"
+# Self-monitoring values change every run; everything else is a pure function of the fleet.
+VOLATILE = re.compile(
+    r"^gpuwatch_(collect_duration_seconds|source_last_success_timestamp_seconds)\b.*$", re.M
+)
+
+
+class FlakySources(SimulatedSources):
+    """The simulated fleet, with Prometheus failing once `broken` is set."""
+
+    broken = False
+
+    def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
+        if self.broken:
+            raise PrometheusError("prometheus at http://prometheus:9090 unreachable: connection refused")
+        return super().gpu_samples(window, state)
+
+
+@pytest.fixture(scope="module")
+def sources() -> FlakySources:
+    return FlakySources(build_demo_fleet(seed=7, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.1, gpus=16))
+
+
+def _scrape(loop: ExportLoop) -> str:
+    registry = CollectorRegistry()
+    registry.register(GpuwatchCollector(loop))
+    return generate_latest(registry).decode()
+
+
+def test_exposition_matches_the_golden_file(sources: FlakySources) -> None:
+    sources.broken = False
+    loop = ExportLoop(FleetService.demo(Settings(), sources.fleet))
+    result = loop.run_once()
+    assert result.error == ""
+    text = VOLATILE.sub("", _scrape(loop))
+    if os.environ.get("GPUWATCH_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySources) -> None:
+    loop = ExportLoop(FleetService.demo(Settings(), sources.fleet))
+    loop.run_once()
+    families = {f.name: f for f in text_string_to_metric_families(_scrape(loop))}
+    allocation = families["gpuwatch_pod_gpu_allocation"].samples
+    running = [p for p in sources.cluster_state().gpu_pods() if p.phase == "Running"]
+    assert {s.labels["pod"] for s in allocation} == {p.name for p in running}
+    node_states = families["gpuwatch_node_gpus"].samples
+    capacity = {s.labels["node"]: s.value for s in families["gpuwatch_node_gpu_capacity"].samples}
+    for node, gpus in capacity.items():
+        assert sum(s.value for s in node_states if s.labels["node"] == node) == pytest.approx(gpus)
+    assert {s.labels["state"] for s in node_states} == {
+        "unavailable",
+        "stranded",
+        "unallocated",
+        "allocated_idle",
+        "allocated_active",
+    }
+    pending = families["gpuwatch_pending_pod_gpus"].samples
+    assert {(s.labels["pod"], s.labels["blocked_by"] in ("fragmentation", "capacity")) for s in pending} == {
+        ("pretrain-70b-0", True),
+        ("reindex-embed-0", True),
+    }
+    up = {s.labels["source"]: s.value for s in families["gpuwatch_source_up"].samples}
+    assert up == {"prometheus": 1.0, "kubernetes": 1.0}
+    assert families["gpuwatch_build_info"].samples[0].value == 1.0
+
+
+def test_a_failing_source_is_marked_down_and_the_last_series_stay(sources: FlakySources) -> None:
+    service = FleetService(settings=FleetService.demo().settings, sources=sources)
+    loop = ExportLoop(service)
+    sources.broken = False
+    loop.run_once()
+    before = _scrape(loop)
+    sources.broken = True
+    try:
+        service._cache.clear()
+        result = loop.run_once()
+    finally:
+        sources.broken = False
+    assert result.error.startswith("prometheus at http://prometheus:9090 unreachable")
+    after = _scrape(loop)
+    up = {
+        s.labels["source"]: s.value
+        for f in text_string_to_metric_families(after)
+        if f.name == "gpuwatch_source_up"
+        for s in f.samples
+    }
+    assert up == {"prometheus": 0.0, "kubernetes": 1.0}
+    # The previous cycle's series are still served (stale, not zero, not gone).
+    assert (
+        VOLATILE.sub("", before).split("# HELP gpuwatch_source_up")[0]
+        == VOLATILE.sub("", after).split("# HELP gpuwatch_source_up")[0]
+    )
