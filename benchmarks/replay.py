@@ -11,7 +11,14 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pandas as pd
+
+from gpuwatch.config import Settings
 from gpuwatch.errors import GpuwatchError
+from gpuwatch.report import build_report
+from gpuwatch.service import analyze
+from gpuwatch.sources.simulated import SimulatedFleet
+from gpuwatch.sources.simulated.source import SimulatedSource
 from gpuwatch.sources.simulated.trace import last_days_offset_seconds, load_openb, replay_openb, summary
 
 DEFAULT_TRACE_DIR = Path(__file__).parents[1].parent / "shared" / "reference" / "alibaba-openb"
@@ -92,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     truth = fleet.truth() if fleet.allocations else None
     truth_s = time.perf_counter() - t0
     print(f"truth()     {truth_s:8.3f} s  ({0 if truth is None else len(truth):,} rows)")
+    if truth is not None:
+        _analytics(fleet, truth)
     if args.telemetry:
         del truth
         t0 = time.perf_counter()
@@ -101,6 +110,46 @@ def main(argv: list[str] | None = None) -> int:
         print(f"telemetry() {tel_s:8.3f} s  ({len(tel):,} rows, {mib:,.0f} MiB)")
     print(f"peak RSS    {rss_replay:,.0f} MiB after replay, {_rss_mib():,.0f} MiB at the end")
     return 0
+
+
+def _analytics(fleet: SimulatedFleet, truth: pd.DataFrame) -> None:
+    """The replay through gpuwatch's analysis (join, idle, fragmentation, ledger, report)."""
+    source = SimulatedSource(fleet)
+    # DCGM samples of the held units (the trace says nothing of idle GPUs' telemetry).
+    samples = truth[
+        ["timestamp", "node", "uuid", "gpu_instance_id", "util_ratio", "namespace", "pod"]
+    ].assign(mig_profile="", util_source="DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    t0 = time.perf_counter()
+    analysis = analyze(
+        window=fleet.window,
+        state=source.cluster_state(),
+        gpu_samples=samples,
+        settings=Settings(teams=fleet.team_rules),
+        history=source.allocation_history(fleet.window),  # as if gpuwatch export had run all along
+    )
+    report = build_report(analysis)
+    analytics_s = time.perf_counter() - t0
+    pools = report["pools"]
+    stranded = sum(p["stranded_gpu_hours"] for p in pools)
+    capacity = sum(p["gpus"] for p in pools)
+    weighted = sum(
+        p["fragmentation_ratio"] * p["gpus"] for p in pools if p["fragmentation_ratio"] is not None
+    )
+    fleet_report = report["fleet"]
+    print(f"analytics   {analytics_s:8.3f} s  (join, idle, fragmentation, ledger, report)")
+    print(
+        f"ledger      stranded {fleet_report['ledger_gpu_hours']['stranded']:,.1f} GE-h "
+        f"(fragmented {stranded:,.1f}), unallocated {fleet_report['ledger_gpu_hours']['unallocated']:,.1f}, "
+        f"allocated idle {fleet_report['ledger_gpu_hours']['allocated_idle']:,.1f}, "
+        f"active {fleet_report['ledger_gpu_hours']['allocated_active']:,.1f}"
+    )
+    print(f"fragmentation ratio (GPU-weighted mean over pools) {weighted / capacity:.4f}")
+    worst = sorted(pools, key=lambda p: -(p["fragmentation_ratio"] or 0))[:3]
+    for p in worst:
+        print(
+            f"  pool {p['pool']:<10} ratio {p['fragmentation_ratio'] or 0:.3f}, "
+            f"stranded {p['stranded_gpu_hours']:,.1f} GE-h"
+        )
 
 
 if __name__ == "__main__":

@@ -392,6 +392,10 @@ def pods_frame(state: ClusterState, rules: TeamRules, *, phase: str = "Running")
         "created_at",
     ]
     frame = pd.DataFrame(rows, columns=columns)
+    for column in ("requested_ge", "requested_gpus"):
+        frame[column] = frame[column].astype("float64")
+    for column in ("namespace", "pod", "team", "node", "pool"):
+        frame[column] = frame[column].astype("str")
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
     frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True)
     return frame

@@ -44,7 +44,9 @@ def attribute(
 
     DCGM labels say which unit a pod held and when; a pod running now holds its requested GE from
     its start even where DCGM labels are missing (on its last known units, else on an unknown unit
-    with unknown utilization); the history series covers gone pods DCGM no longer shows.
+    with unknown utilization); the history series covers gone pods DCGM no longer shows. Where the
+    history or the API server says how many GE a pod held, DCGM's units are scaled to it (a GPU
+    shared by fractional requests shows each pod a whole GPU).
     """
     replicas = nodes.set_index("node")["replicas"] if len(nodes) else pd.Series(dtype="int64")
     pool_of = nodes.set_index("node")["pool"] if len(nodes) else pd.Series(dtype="str")
@@ -59,6 +61,7 @@ def attribute(
         ge_share=("unit_ge", "sum"), util_ratio=("util_ratio", "first")
     )
     dcgm["ge_share"] = dcgm["ge_share"].clip(upper=1.0)
+    dcgm["ge_share"] = _declared_shares(dcgm, pods, history)
     teams = pods.set_index(_KEY)["team"] if len(pods) else pd.Series(dtype="str")
 
     filled = _fill_running(dcgm, pods, sample_times, util_by_unit)
@@ -112,6 +115,26 @@ def _unit_ge(samples: pd.DataFrame, replicas: pd.Series) -> pd.Series:
     mig_ge = profiles.map(slices).astype("float64")
     whole_ge = 1.0 / _replicas_of(samples, replicas)
     return mig_ge.fillna(whole_ge)
+
+
+def _declared_shares(dcgm: pd.DataFrame, pods: pd.DataFrame, history: pd.DataFrame | None) -> pd.Series:
+    """ge_share of DCGM rows scaled, per pod and sample, to the GE the pod is known to hold.
+
+    Known = its own history series at that sample, else its API request while it runs; rows of pods
+    known neither way keep DCGM's count (a whole unit, a MIG instance's slices, one replica).
+    """
+    per_sample = dcgm.groupby(["timestamp", *_KEY])["ge_share"].transform("sum")
+    declared = pd.Series(np.nan, index=dcgm.index)
+    if history is not None and len(history):
+        held = history.groupby(["timestamp", *_KEY], as_index=False).agg(declared=("ge_share", "sum"))
+        declared = dcgm[["timestamp", *_KEY]].merge(held, on=["timestamp", *_KEY], how="left")["declared"]
+        declared.index = dcgm.index
+    if len(pods):
+        requested = dcgm[[*_KEY]].merge(pods[[*_KEY, "requested_ge"]], on=_KEY, how="left")["requested_ge"]
+        declared = declared.fillna(pd.Series(requested.to_numpy(), index=dcgm.index))
+    # Only ever down: a pod seen on fewer units than it requested keeps whole units (never > 1 GE each).
+    scale = (declared / per_sample).where(declared.notna() & (per_sample > 0), 1.0).clip(upper=1.0)
+    return (dcgm["ge_share"] * scale).astype("float64")
 
 
 def _fill_running(
