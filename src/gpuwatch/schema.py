@@ -10,8 +10,11 @@ from gpuwatch.errors import DataError
 
 
 def _is_kind(series: "pd.Series[Any]", kind: str) -> bool:
-    """Column kinds: "time" tz-aware UTC, "str" strings, "float" float64 (NaN = unknown), "int", "bool"."""
+    """Column kinds: "time" tz-aware UTC, "str" strings (or a categorical of strings: cheap keys for
+    joins), "float" float64 (NaN = unknown), "int", "bool"."""
     dtype = series.dtype
+    if kind == "str" and isinstance(dtype, pd.CategoricalDtype):
+        return bool(pd.api.types.is_string_dtype(dtype.categories.dtype) or dtype.categories.dtype == object)
     if kind == "bool":
         return bool(pd.api.types.is_bool_dtype(dtype))
     if kind == "time":

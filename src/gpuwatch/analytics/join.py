@@ -50,7 +50,15 @@ def attribute(
     """
     replicas = nodes.set_index("node")["replicas"] if len(nodes) else pd.Series(dtype="int64")
     pool_of = nodes.set_index("node")["pool"] if len(nodes) else pd.Series(dtype="str")
-    samples = gpu_samples.copy()
+    # Key columns as categoricals with one shared dtype each: joins and de-duplication on integer
+    # codes instead of millions of strings.
+    dtypes = _shared_dtypes([gpu_samples, pods, history])
+    needed = ["timestamp", *_UNIT, *_KEY, "util_ratio"] + (
+        ["mig_profile"] if "mig_profile" in gpu_samples else []
+    )
+    samples = _categorize(gpu_samples[needed], dtypes)
+    pods = _categorize(pods, dtypes)
+    history = None if history is None else _categorize(history, dtypes)
     samples["unit_ge"] = _unit_ge(samples, replicas)
     util_by_unit = samples.drop_duplicates(["timestamp", *_UNIT]).set_index(["timestamp", *_UNIT])[
         "util_ratio"
@@ -64,13 +72,17 @@ def attribute(
     dcgm["ge_share"] = _declared_shares(dcgm, pods, history)
     teams = pods.set_index(_KEY)["team"] if len(pods) else pd.Series(dtype="str")
 
-    filled = _fill_running(dcgm, pods, sample_times, util_by_unit)
+    filled = _fill_running(dcgm, pods, sample_times, util_by_unit, dtypes)
     parts = [dcgm, *filled]
     if history is not None and len(history):
         covered = pd.concat([p[["timestamp", *_KEY]] for p in parts], ignore_index=True).drop_duplicates()
         hist = history.merge(covered, on=["timestamp", *_KEY], how="left", indicator=True)
         hist = hist[hist["_merge"] == "left_only"].drop(columns="_merge")
-        hist = hist.assign(uuid="", gpu_instance_id="", util_ratio=np.nan)
+        hist = hist.assign(
+            uuid=_blank(len(hist), dtypes["uuid"]),
+            gpu_instance_id=_blank(len(hist), dtypes["gpu_instance_id"]),
+            util_ratio=np.nan,
+        )
         parts.append(hist[["timestamp", *_KEY, *_UNIT, "ge_share", "util_ratio", "team", "pool"]])
     out = pd.concat(parts, ignore_index=True)
     out["team"] = _resolve_team(out, teams, history, namespace_teams)
@@ -81,7 +93,7 @@ def attribute(
         out["pool"] = pool_from_node.fillna("unknown")
     out = out[list(ATTRIBUTED.columns)].sort_values(["timestamp", *_KEY, "uuid", "gpu_instance_id"])
     out = out.reset_index(drop=True)
-    for column in ("namespace", "pod", "team", "node", "pool", "uuid", "gpu_instance_id"):
+    for column in ("team", "pool"):
         out[column] = out[column].astype("str")
     out["ge_share"] = out["ge_share"].astype("float64")
     out["util_ratio"] = out["util_ratio"].astype("float64")
@@ -93,12 +105,34 @@ def attribute(
     unattributed = busy[["timestamp", *_UNIT, "util_ratio"]].assign(
         ge=busy["unit_ge"] * _replicas_of(busy, replicas)
     )
+    unattributed = unattributed.astype({c: "str" for c in _UNIT})
     pods_without_telemetry = int(sum(len(f[f["uuid"].eq("")][_KEY].drop_duplicates()) for f in filled))
     return Attribution(
         attributed=ATTRIBUTED.check(out),
         unattributed=unattributed.reset_index(drop=True),
         pods_without_telemetry=pods_without_telemetry,
     )
+
+
+_CATEGORICAL = ("namespace", "pod", "node", "uuid", "gpu_instance_id")
+
+
+def _shared_dtypes(frames: list[pd.DataFrame | None]) -> dict[str, pd.CategoricalDtype]:
+    """One categorical dtype per key column over every frame (with "" for an absent value)."""
+    out = {}
+    for column in _CATEGORICAL:
+        values = [pd.unique(f[column].astype("str")) for f in frames if f is not None and column in f]
+        categories = pd.Index(np.concatenate([np.array([""], dtype=object), *values])).unique()
+        out[column] = pd.CategoricalDtype(categories.astype("str").sort_values())  # sorts like strings
+    return out
+
+
+def _categorize(frame: pd.DataFrame, dtypes: Mapping[str, pd.CategoricalDtype]) -> pd.DataFrame:
+    return frame.astype({c: d for c, d in dtypes.items() if c in frame})
+
+
+def _blank(n: int, dtype: pd.CategoricalDtype) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.full(n, dtype.categories.get_loc(""), dtype=np.int64), dtype=dtype)
 
 
 def _replicas_of(frame: pd.DataFrame, replicas: pd.Series) -> pd.Series:
@@ -138,7 +172,11 @@ def _declared_shares(dcgm: pd.DataFrame, pods: pd.DataFrame, history: pd.DataFra
 
 
 def _fill_running(
-    dcgm: pd.DataFrame, pods: pd.DataFrame, sample_times: pd.DatetimeIndex, util_by_unit: pd.Series
+    dcgm: pd.DataFrame,
+    pods: pd.DataFrame,
+    sample_times: pd.DatetimeIndex,
+    util_by_unit: pd.Series,
+    dtypes: Mapping[str, pd.CategoricalDtype],
 ) -> list[pd.DataFrame]:
     """Rows for running pods at samples where DCGM did not name them (SPEC: held since startTime)."""
     if not len(pods) or not len(sample_times):
@@ -148,18 +186,11 @@ def _fill_running(
     first = np.searchsorted(times, started, side="left")
     counts = len(times) - first
     counts[pd.isna(pods["started_at"]).to_numpy()] = 0
-    grid = pd.DataFrame(
-        {
-            "namespace": np.repeat(pods["namespace"].to_numpy(), counts),
-            "pod": np.repeat(pods["pod"].to_numpy(), counts),
-            "node": np.repeat(pods["node"].to_numpy(), counts),
-            "requested_ge": np.repeat(pods["requested_ge"].to_numpy(dtype="float64"), counts),
-            "timestamp": times[np.concatenate([np.arange(f, len(times)) for f in first])]
-            if len(first)
-            else times[:0],
-        }
-    )
-    grid["timestamp"] = pd.to_datetime(grid["timestamp"], utc=True)
+    rows = np.repeat(np.arange(len(pods)), counts)  # categorical columns repeat as codes
+    grid = pods[["namespace", "pod", "node", "requested_ge"]].iloc[rows].reset_index(drop=True)
+    grid["requested_ge"] = grid["requested_ge"].astype("float64")
+    steps = np.concatenate([np.arange(f, len(times)) for f in first]) if len(first) else np.zeros(0, int)
+    grid["timestamp"] = pd.to_datetime(times[steps], utc=True)
     seen = dcgm[["timestamp", *_KEY]].drop_duplicates()
     missing = grid.merge(seen, on=["timestamp", *_KEY], how="left", indicator=True)
     missing = missing[missing["_merge"] == "left_only"].drop(columns="_merge")
@@ -173,9 +204,11 @@ def _fill_running(
     index = pd.MultiIndex.from_frame(on_known[["timestamp", *_UNIT]])
     on_known["util_ratio"] = util_by_unit.reindex(index).to_numpy()
     unknown = missing[~missing.set_index(_KEY).index.isin(known_units.set_index(_KEY).index)]
-    unknown = unknown.assign(uuid="", gpu_instance_id="", util_ratio=np.nan).rename(
-        columns={"requested_ge": "ge_share"}
-    )
+    unknown = unknown.assign(
+        uuid=_blank(len(unknown), dtypes["uuid"]),
+        gpu_instance_id=_blank(len(unknown), dtypes["gpu_instance_id"]),
+        util_ratio=np.nan,
+    ).rename(columns={"requested_ge": "ge_share"})
     return [on_known, unknown]
 
 
