@@ -32,8 +32,18 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install test-deps lint typecheck
+test: install test-deps lint typecheck rules
 	$(BIN)/python -m pytest
+
+# Prometheus rules: syntax (promtool check) and unit tests (promtool test), alerts/tests/*.yml.
+.PHONY: rules prometheusrule
+rules: test-deps
+	promtool check rules alerts/*.rules.yml
+	promtool test rules alerts/tests/*.yml
+
+# deploy/prometheusrule.yaml is generated from alerts/*.rules.yml; a test checks it is in sync.
+prometheusrule: install
+	$(BIN)/python deploy/gen_prometheusrule.py
 
 bench: install
 	$(BIN)/python benchmarks/simulate.py

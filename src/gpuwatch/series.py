@@ -28,11 +28,14 @@ HELP = {
     "gpuwatch_pod_gpu_allocation": "GPU-equivalents the pod holds.",
     "gpuwatch_pod_gpu_idle": "GPU-equivalents of the pod that are idle-allocated (SPEC idle rule).",
     "gpuwatch_pod_gpu_utilization_ratio": "GE-weighted mean utilization of the pod's GPUs (0-1).",
+    "gpuwatch_pod_gpu_used": "GPU-equivalents of the pod actually busy: sum of utilization x GE share.",
+    "gpuwatch_pod_gpu_idle_since_timestamp_seconds": "Since when all of the pod's GPUs are idle-allocated.",
     "gpuwatch_node_gpus": "GPU-equivalents of the node in each ledger state.",
     "gpuwatch_node_gpu_capacity": "Physical GPUs on the node.",
     "gpuwatch_node_gpu_allocatable": "GPU-equivalents the device plugin advertises as allocatable.",
     "gpuwatch_node_gpus_reporting": "GPU units of the node with DCGM telemetry in the last sample.",
     "gpuwatch_team_gpus": "GPU-equivalents the team holds, idle-allocated or active.",
+    "gpuwatch_team_used_gpus": "GPU-equivalents of the team actually busy: sum of utilization x GE share.",
     "gpuwatch_pool_gpus": "GPU-equivalents of the pool in each ledger state.",
     "gpuwatch_pool_fragmentation_ratio": "FGD fragmentation ratio of the pool (Weng et al., ATC'23).",
     "gpuwatch_pool_largest_free_block_gpus": "Largest GPU request one schedulable node of the pool can take.",
@@ -42,6 +45,7 @@ HELP = {
     "gpuwatch_pending_pod_gpus": "GPU-equivalents a pending GPU pod requests.",
     "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
     "gpuwatch_build_info": "gpuwatch build information.",
+    "gpuwatch_source_up": "1 when the last read of the source succeeded.",
 }
 
 
@@ -75,11 +79,17 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         idle=("idle_ge", "sum"),
         util_ge=("util_ge", "sum"),
         known=("util_ratio", "count"),
+        units=("idle", "size"),
+        idle_units=("idle", "sum"),
+        low_since=("low_util_since", "max"),
     )
     resources = analysis.pod_resources
     pods = pods.merge(resources, on=["namespace", "pod"], how="left").fillna({"resource": ""})
     util = pods[pods["known"] > 0]
     util = util.assign(value=util["util_ge"] / util["ge"])
+    # A pod is idle since its below-threshold run began while every unit it holds is idle (as idle_since()).
+    idle_pods = pods[(pods["idle_units"] == pods["units"]) & pods["low_since"].notna()]
+    idle_pods = idle_pods.assign(value=_epoch_seconds(idle_pods["low_since"]))
     families = [
         Family(
             "gpuwatch_pod_gpu_allocation",
@@ -98,6 +108,18 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             HELP["gpuwatch_pod_gpu_utilization_ratio"],
             tuple(pod_keys),
             util,
+        ),
+        Family(
+            "gpuwatch_pod_gpu_used",
+            HELP["gpuwatch_pod_gpu_used"],
+            tuple(pod_keys),
+            util.drop(columns="value").rename(columns={"util_ge": "value"}),
+        ),
+        Family(
+            "gpuwatch_pod_gpu_idle_since_timestamp_seconds",
+            HELP["gpuwatch_pod_gpu_idle_since_timestamp_seconds"],
+            tuple(pod_keys),
+            idle_pods,
         ),
     ]
     state_columns = {f"{s}_ge": s for s in LEDGER_STATES}
@@ -157,6 +179,8 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         total=("ge_share", "sum"),
         usd=("usd", "sum"),
         idle_usd=("idle_usd", "sum"),
+        used=("util_ge", "sum"),
+        known=("util_ratio", "count"),
     )
     teams["allocated_active"] = teams["total"] - teams["allocated_idle"]
     team_states = teams.melt(
@@ -166,6 +190,15 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         value_name="value",
     )
     families.append(Family("gpuwatch_team_gpus", HELP["gpuwatch_team_gpus"], ("team", "state"), team_states))
+    # Absent while no GPU of the team reports utilization: unknown, never 0 (SPEC §3).
+    families.append(
+        Family(
+            "gpuwatch_team_used_gpus",
+            HELP["gpuwatch_team_used_gpus"],
+            ("team",),
+            teams[teams["known"] > 0].rename(columns={"used": "value"}),
+        )
+    )
     families.append(
         Family(
             "gpuwatch_team_cost_usd_per_hour",
@@ -211,9 +244,13 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             prices,
         )
     )
-    # Pending pods are known at the window's end only (the API server keeps no history of them).
-    end = times["timestamp"].max() if len(times) else pd.Timestamp(analysis.window.end)
-    pending = analysis.pending.assign(timestamp=end)
+    # The API server knows pending pods only now: each one is published at every sample since it was
+    # created (what the exporter would have seen), with the diagnosis of the window's end.
+    pending = analysis.pending.merge(times, how="cross")
+    pending = pending[pending["timestamp"] >= pending["created_at"]]
+    pending = pending.assign(
+        waiting_seconds=(pending["timestamp"] - pending["created_at"]).dt.total_seconds().clip(lower=0.0)
+    )
     families.append(
         Family(
             "gpuwatch_pending_pod_gpus",
@@ -238,6 +275,12 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             times.assign(version=__version__, value=1.0),
         )
     )
+    if not last_only:
+        # History of a healthy exporter; a live one publishes these itself (exporter.collector).
+        sources = times.merge(
+            pd.DataFrame({"source": ["kubernetes", "prometheus"], "value": [1.0, 1.0]}), how="cross"
+        )
+        families.append(Family("gpuwatch_source_up", HELP["gpuwatch_source_up"], ("source",), sources))
     return [_tidy(f) for f in families]
 
 
@@ -275,6 +318,11 @@ def write_openmetrics(families: Sequence[Family], out: TextIO, *, offset_seconds
         written += len(lines)
     out.write("# EOF\n")
     return written
+
+
+def _epoch_seconds(times: "pd.Series[pd.Timestamp]") -> "pd.Series[float]":
+    seconds: pd.Series[float] = times.dt.as_unit("ms").astype("int64") / 1e3
+    return seconds
 
 
 def _escape(value: str) -> str:

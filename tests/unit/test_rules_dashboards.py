@@ -1,0 +1,252 @@
+"""alerts/, docs/runbooks.md and dashboards/: conventions every rule and panel follows (SPEC §4.5).
+
+promtool checks syntax and runs the rule unit tests (`make rules`, and the integration tests); the
+dashboards' queries run against a real Prometheus in tests/integration/test_rules_dashboards.py.
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ALERTS = ROOT / "alerts"
+DASHBOARDS = ROOT / "dashboards"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+RUNBOOK_BASE = "https://github.com/gpuwatch/gpuwatch/blob/main/docs/runbooks.md#"
+SPEC_ALERTS = {
+    "GPUIdleAllocated",
+    "GPUTeamIdleSpendHigh",
+    "GPUCriticalXidError",
+    "GPURowRemapFailure",
+    "GPUHighTemperature",
+    "GPUFramebufferNearFull",
+    "GPUTelemetryMissing",
+    "GPUsNotAdvertised",
+    "GPUFragmentationHigh",
+    "GPUPendingWhileIdle",
+    "GpuwatchDown",
+}
+DEVICE_HEALTH = {"GPUCriticalXidError", "GPURowRemapFailure", "GPUHighTemperature", "GPUFramebufferNearFull"}
+LEVEL_METRIC_OPERATIONS = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")
+
+
+def rule_files() -> list[Path]:
+    return sorted(ALERTS.glob("*.rules.yml"))
+
+
+def rules(kind: str) -> list[dict[str, Any]]:
+    out = []
+    for path in rule_files():
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            out += [dict(r, _file=path.name) for r in group["rules"] if kind in r]
+    return out
+
+
+def alert_names() -> list[str]:
+    return [r["alert"] for r in rules("alert")]
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings: lowercase, punctuation dropped, spaces to dashes."""
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+?)\s*$", markdown, flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug)
+    return anchors
+
+
+def rule_tests() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((ALERTS / "tests").glob("*.yml")):
+        out += yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]
+    return out
+
+
+# -- alerts -------------------------------------------------------------------------------------
+
+
+def test_the_spec_alerts_exist_once_each() -> None:
+    names = alert_names()
+    assert len(names) == len(set(names))
+    assert set(names) >= SPEC_ALERTS
+
+
+@pytest.mark.parametrize("rule", rules("alert"), ids=lambda r: str(r["alert"]))
+def test_alert_follows_the_mixin_style(rule: dict[str, Any]) -> None:
+    assert CAMEL_CASE.match(rule["alert"]), rule["alert"]
+    assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+    annotations = rule["annotations"]
+    assert {"summary", "description", "runbook_url"} <= set(annotations)
+    assert "{{" not in annotations["summary"], "summaries are static; details go in the description"
+    assert re.search(r"\{\{ *(\$labels\.\w+|\$value|with \$labels\.\w+|\.)", annotations["description"])
+    assert annotations["runbook_url"] == RUNBOOK_BASE + rule["alert"].lower()
+
+
+def test_device_health_alerts_read_raw_dcgm_series_only() -> None:
+    for rule in rules("alert"):
+        if rule["alert"] in DEVICE_HEALTH:
+            assert rule["_file"] == "gpu-health.rules.yml"
+            assert "gpuwatch_" not in rule["expr"]
+            assert not re.search(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", rule["expr"]), "no recording rules"
+            # every label variant of SPEC §2 is folded
+            for label in ('"Hostname"', '"hostname"', '"UUID"', '"uuid"'):
+                assert label in rule["expr"], f"{rule['alert']} does not fold {label}"
+        else:
+            assert "DCGM_" not in rule["expr"]
+
+
+def test_every_alert_has_a_runbook_section_and_every_runbook_url_resolves() -> None:
+    text = RUNBOOKS.read_text(encoding="utf-8")
+    anchors = github_anchors(text)
+    sections = set(re.findall(r"^## (\w+)\s*$", text, flags=re.MULTILINE))
+    for rule in rules("alert"):
+        assert rule["alert"] in sections, f"docs/runbooks.md has no section for {rule['alert']}"
+        anchor = rule["annotations"]["runbook_url"].removeprefix(RUNBOOK_BASE)
+        assert anchor in anchors, f"{rule['alert']}: no anchor #{anchor} in docs/runbooks.md"
+    for name in sections & set(alert_names()):
+        body = text.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
+        for part in ("**Meaning.**", "**Impact.**", "**Diagnosis.**", "**Mitigation.**"):
+            assert part in body, f"runbook {name} lacks {part}"
+        assert "```" in body, f"runbook {name} shows no command or query"
+
+
+def test_every_alert_has_a_firing_and_a_must_not_fire_case() -> None:
+    firing: set[str] = set()
+    silent: set[str] = set()
+    for test in rule_tests():
+        for case in test.get("alert_rule_test", []):
+            (firing if case.get("exp_alerts") else silent).add(case["alertname"])
+    names = set(alert_names())
+    assert names - firing == set(), "alerts without a firing test"
+    assert names - silent == set(), "alerts without a must-not-fire test"
+
+
+# -- recording rules ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", rules("record"), ids=lambda r: str(r["record"]))
+def test_recording_rule_is_named_level_metric_operations(rule: dict[str, Any]) -> None:
+    assert LEVEL_METRIC_OPERATIONS.match(rule["record"]), rule["record"]
+    level = rule["record"].split(":")[0]
+    assert level in {
+        "fleet",
+        "fleet_state",
+        "pool",
+        "pool_state",
+        "pool_blocked_by",
+        "team",
+        "team_state",
+        "namespace",
+        "node",
+        "node_gpu",
+    }
+
+
+def test_every_recording_rule_is_unit_tested() -> None:
+    tested = {case["expr"].split("{")[0] for t in rule_tests() for case in t.get("promql_expr_test", [])}
+    assert {r["record"] for r in rules("record")} <= tested
+
+
+def test_the_spec_recording_rules_exist() -> None:
+    records = {r["record"] for r in rules("record")}
+    assert {
+        "pool_state:gpuwatch_gpus:sum",
+        "team:gpuwatch_idle_cost_usd_per_hour:sum",
+        "team_state:gpuwatch_gpus:sum",
+        "fleet:gpuwatch_gpus:sum",
+        "node_gpu:dcgm_gpu_temp_celsius:max",
+    } <= records
+
+
+def test_the_budget_example_defines_the_series_the_spend_alert_reads() -> None:
+    example = yaml.safe_load((ALERTS / "budgets.example.yml").read_text(encoding="utf-8"))
+    records = {r["record"] for g in example["groups"] for r in g["rules"]}
+    assert records == {"gpuwatch_team_idle_budget_usd_per_hour"}
+    (spend,) = [r for r in rules("alert") if r["alert"] == "GPUTeamIdleSpendHigh"]
+    assert "gpuwatch_team_idle_budget_usd_per_hour" in spend["expr"]
+
+
+# -- dashboards -----------------------------------------------------------------------------------
+
+
+def dashboards() -> list[Path]:
+    return sorted(DASHBOARDS.glob("*.json"))
+
+
+def test_the_two_dashboards_exist() -> None:
+    titles = {json.loads(p.read_text(encoding="utf-8"))["title"]: p.name for p in dashboards()}
+    assert titles == {"GPU fleet health": "gpu-fleet-health.json", "GPU team waste": "gpu-team-waste.json"}
+
+
+@pytest.mark.parametrize("path", dashboards(), ids=lambda p: p.name)
+def test_dashboard_has_a_datasource_variable_and_label_values_filters(path: Path) -> None:
+    board = json.loads(path.read_text(encoding="utf-8"))
+    assert 39 <= board["schemaVersion"] < 42
+    assert board["uid"] and len(board["uid"]) <= 40
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    ds = variables["datasource"]
+    assert (ds["type"], ds["query"]) == ("datasource", "prometheus")
+    wanted = {"gpu-fleet-health.json": {"pool", "node"}, "gpu-team-waste.json": {"pool", "team", "node"}}
+    for name in wanted[path.name]:
+        assert variables[name]["type"] == "query"
+        assert variables[name]["definition"].startswith("label_values(")
+    for v in variables.values():
+        if v["type"] == "query":
+            assert v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert v["includeAll"] and v["allValue"] == ".*"
+            assert v["definition"] == v["query"]["query"]
+
+
+@pytest.mark.parametrize("path", dashboards(), ids=lambda p: p.name)
+def test_every_panel_has_a_unit_a_description_and_queries_the_chosen_datasource(path: Path) -> None:
+    board = json.loads(path.read_text(encoding="utf-8"))
+    panels = board["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    assert len({p["title"] for p in panels}) == len(panels), "panel titles are unique"
+    variables = {v["name"] for v in board["templating"]["list"]}
+    for p in panels:
+        assert p["fieldConfig"]["defaults"]["unit"], p["title"]
+        assert len(p["description"]) > 20, p["title"]
+        assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert set(p["gridPos"]) == {"h", "w", "x", "y"} and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
+        assert p["targets"], p["title"]
+        for t in p["targets"]:
+            assert t["datasource"] == p["datasource"]
+            used = set(re.findall(r"\$([A-Za-z_]\w*)", t["expr"])) - {
+                "__range",
+                "__range_s",
+                "__interval",
+                "__rate_interval",
+            }
+            assert used <= variables, f"{p['title']}: unknown variables {used - variables}"
+    units = {p["fieldConfig"]["defaults"]["unit"] for p in panels}
+    assert units - {"none", "short"}, "units are real units where there is one"
+
+
+def test_provisioning_examples_point_grafana_at_the_dashboards_and_prometheus() -> None:
+    providers = yaml.safe_load((DASHBOARDS / "provisioning" / "dashboards.yaml").read_text(encoding="utf-8"))
+    assert providers["apiVersion"] == 1
+    (provider,) = providers["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"]
+    sources = yaml.safe_load((DASHBOARDS / "provisioning" / "datasources.yaml").read_text(encoding="utf-8"))
+    assert sources["apiVersion"] == 1
+    assert [d["type"] for d in sources["datasources"]] == ["prometheus"]
+
+
+def test_every_gpuwatch_series_read_is_one_docs_metrics_md_documents() -> None:
+    """Rules and dashboards rely only on the exporter's contract (plus the budget series users define)."""
+    documented = set(
+        re.findall(r"`(gpuwatch_[a-z_]+)`", (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8"))
+    )
+    exprs = [r["expr"] for r in rules("expr")]
+    for path in dashboards():
+        board = json.loads(path.read_text(encoding="utf-8"))
+        exprs += [t["expr"] for p in board["panels"] for t in p["targets"]]
+        exprs += [v["definition"] for v in board["templating"]["list"] if v["type"] == "query"]
+    read = {name for e in exprs for name in re.findall(r"(?<![:\w])gpuwatch_[a-z_]+", e)}
+    assert read - documented == {"gpuwatch_team_idle_budget_usd_per_hour"}
