@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--group-by", choices=("team", "namespace", "workload", "pool"), default="team")
     report.add_argument("--format", choices=("table", "json", "csv", "parquet", "html"), default="table")
     report.add_argument("--output", "-o", help="write to this file instead of standard output")
+    report.add_argument(
+        "--source",
+        choices=("auto", "history", "raw"),
+        default="auto",
+        help="history: gpuwatch's own gpuwatch_* series; raw: recompute from DCGM series and the API "
+        "server; auto (default): history for windows over 2 days when those series exist",
+    )
     report.set_defaults(handler=_cmd_report)
 
     export = sub.add_parser("export", parents=[common], help="publish gpuwatch_* series for Prometheus")
@@ -192,16 +199,31 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from gpuwatch.history import NoHistoryError, read_history, wants_history
     from gpuwatch.model import Window
-    from gpuwatch.report import build_report, render
+    from gpuwatch.report import SOURCE_HISTORY, SOURCE_RAW, Report, build_history_report, build_report, render
 
     service = _service(args)
     end = args.end or service.now()
     start = args.start or end - timedelta(days=1)
     window = Window(start=start, end=end, step_seconds=args.step).coarsened()
-    if window.step_seconds != args.step:
-        print(f"gpuwatch: step raised to {window.step_seconds}s (11,000 points per series)", file=sys.stderr)
-    data = render(build_report(service.analysis(window)), args.format, group_by=args.group_by)
+    report: Report | None = None
+    source = SOURCE_HISTORY
+    if wants_history(args.source, window, demo=args.demo):
+        try:
+            report = build_history_report(read_history(service.settings, window))
+        except NoHistoryError as e:
+            if args.source == "history":
+                raise
+            print(f"gpuwatch: {e}; recomputing from raw DCGM series", file=sys.stderr)
+    if report is None:
+        source = SOURCE_RAW
+        if window.step_seconds != args.step:
+            print(
+                f"gpuwatch: step raised to {window.step_seconds}s (11,000 points per series)", file=sys.stderr
+            )
+        report = build_report(service.analysis(window))
+    data = render(report, args.format, group_by=args.group_by, source=source)
     if args.output:
         try:
             with open(args.output, "wb") as out:

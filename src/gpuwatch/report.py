@@ -10,14 +10,18 @@ from typing import Any
 
 import pandas as pd
 
+from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
-from gpuwatch.model import LEDGER_STATES
-from gpuwatch.service import Analysis, usage_tables
+from gpuwatch.history import History
+from gpuwatch.model import LEDGER_STATES, Window
+from gpuwatch.service import Analysis, Coverage, usage_tables
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")
 GROUPS = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}
 SCHEMA_VERSION = 1
+SOURCE_RAW = "raw (DCGM series and the Kubernetes API, recomputed)"
+SOURCE_HISTORY = "history (gpuwatch_* series recorded by `gpuwatch export`)"
 
 
 def json_schema() -> dict[str, Any]:
@@ -35,8 +39,11 @@ def group_rows(report: Report, group_by: str) -> list[dict[str, Any]]:
     return rows
 
 
-def render(report: Report, fmt: str, *, group_by: str = "team") -> bytes:
-    """Render the report; parquet is binary, every other format UTF-8 text."""
+def render(report: Report, fmt: str, *, group_by: str = "team", source: str = "") -> bytes:
+    """Render the report; parquet is binary, every other format UTF-8 text.
+
+    source: which path computed it (SOURCE_RAW or SOURCE_HISTORY), named in the table and html output.
+    """
     if fmt == "json":
         return (json.dumps(report, indent=2, allow_nan=False, default=_json_default) + "\n").encode()
     if fmt == "csv":
@@ -46,9 +53,9 @@ def render(report: Report, fmt: str, *, group_by: str = "team") -> bytes:
         _frame(report, group_by).to_parquet(buffer, index=False)
         return buffer.getvalue()
     if fmt == "table":
-        return render_table(report, group_by=group_by).encode()
+        return render_table(report, group_by=group_by, source=source).encode()
     if fmt == "html":
-        return render_html(report, group_by=group_by).encode()
+        return render_html(report, group_by=group_by, source=source).encode()
     raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
@@ -134,13 +141,14 @@ def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
-def render_table(report: Report, *, group_by: str = "team", top: int = 15) -> str:
+def render_table(report: Report, *, group_by: str = "team", top: int = 15, source: str = "") -> str:
     """A terminal report: window, fleet ledger with dollars, KPIs, and the top groups by waste."""
     fleet = report["fleet"]
     window = report["window"]
     capacity = fleet["capacity_gpu_hours"]
     out = [
         f"gpuwatch report  {window['start']} .. {window['end']}  (step {window['step_seconds']} s)",
+        *([f"source: {source}"] if source else []),
         f"fleet: {fleet['gpus']} GPUs, {_fmt(capacity)} GPU-hours of capacity",
         "",
     ]
@@ -182,7 +190,7 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole else math.nan
 
 
-def render_html(report: Report, *, group_by: str = "team") -> str:
+def render_html(report: Report, *, group_by: str = "team", source: str = "") -> str:
     """A self-contained FinOps waste report (inline CSS and plotly.js) a person can mail."""
     import plotly.graph_objects as go
 
@@ -215,7 +223,7 @@ def render_html(report: Report, *, group_by: str = "team") -> str:
     idle = sorted(report["workloads"], key=lambda w: w["waste_usd"], reverse=True)[:20]
     sections = [
         f"<h1>GPU waste report</h1><p class='muted'>{html.escape(window['start'])} to "
-        f"{html.escape(window['end'])}</p>",
+        f"{html.escape(window['end'])}{html.escape(f' · {source}' if source else '')}</p>",
         _kpis(fleet),
         chart_html,
         "<h2>Ledger</h2>",
@@ -293,14 +301,44 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeri
 
 def build_report(analysis: Analysis) -> Report:
     """The schema_version 1 report of an analysis: every hour a GE-hour, every ratio in [0, 1] or null."""
-    tables = usage_tables(analysis)
-    window = analysis.window
+    return report_from_tables(
+        usage_tables(analysis),
+        window=analysis.window,
+        settings=analysis.settings,
+        gpus=int(analysis.nodes["capacity_ge"].sum()),
+        pending=analysis.pending,
+        coverage=analysis.coverage,
+    )
+
+
+def build_history_report(history: History) -> Report:
+    """The same report from gpuwatch's own series (the long-window path of SPEC §4.3)."""
+    return report_from_tables(
+        history.tables,
+        window=history.window,
+        settings=history.settings,
+        gpus=history.gpus,
+        pending=history.pending,
+        coverage=history.coverage,
+    )
+
+
+def report_from_tables(
+    tables: Mapping[str, pd.DataFrame],
+    *,
+    window: Window,
+    settings: Settings,
+    gpus: int,
+    pending: pd.DataFrame,
+    coverage: Coverage,
+) -> Report:
+    """The report of usage tables shaped as usage_tables() makes them (fleet, fleet_ledger, team,
+    namespace, workload, pool), the pending-pod diagnosis and coverage, whichever path computed them."""
     fleet_usage = tables["fleet"].iloc[0] if len(tables["fleet"]) else None
     ledger_row = tables["fleet_ledger"].iloc[0]
     capacity = float(sum(ledger_row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
     allocated = _num(fleet_usage["allocated_gpu_hours"]) if fleet_usage is not None else 0.0
     used = _num(fleet_usage["used_gpu_hours"]) if fleet_usage is not None else None
-    coverage = analysis.coverage
     return {
         "schema_version": SCHEMA_VERSION,
         "window": {
@@ -309,11 +347,11 @@ def build_report(analysis: Analysis) -> Report:
             "step_seconds": window.step_seconds,
         },
         "params": {
-            "idle_threshold": analysis.settings.idle.threshold_ratio,
-            "idle_window_seconds": analysis.settings.idle.window_seconds,
+            "idle_threshold": settings.idle.threshold_ratio,
+            "idle_window_seconds": settings.idle.window_seconds,
         },
         "fleet": {
-            "gpus": int(analysis.nodes["capacity_ge"].sum()),
+            "gpus": gpus,
             "capacity_gpu_hours": capacity,
             "ledger_gpu_hours": {s: float(ledger_row[f"{s}_gpu_hours"]) for s in LEDGER_STATES},
             "allocated_gpu_hours": allocated,
@@ -370,7 +408,7 @@ def build_report(analysis: Analysis) -> Report:
                 "waiting_seconds": max(0.0, float(r["waiting_seconds"])),
                 "blocked_by": str(r["blocked_by"]),
             }
-            for r in analysis.pending.to_dict("records")
+            for r in pending.to_dict("records")
         ],
         "coverage": {
             "gpu_samples_expected": coverage.gpu_samples_expected,

@@ -248,8 +248,12 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
     # created (what the exporter would have seen), with the diagnosis of the window's end.
     pending = analysis.pending.merge(times, how="cross")
     pending = pending[pending["timestamp"] >= pending["created_at"]]
+    # Sample t_i stands for [t_i, t_i + step): the wait is measured at its end, as the report does.
+    step = pd.Timedelta(seconds=analysis.window.step_seconds)
     pending = pending.assign(
-        waiting_seconds=(pending["timestamp"] - pending["created_at"]).dt.total_seconds().clip(lower=0.0)
+        waiting_seconds=(pending["timestamp"] + step - pending["created_at"])
+        .dt.total_seconds()
+        .clip(lower=0.0)
     )
     families.append(
         Family(

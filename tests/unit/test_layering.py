@@ -18,10 +18,12 @@ ALLOWED = {
     "service": BASE | {"sources", "analytics", "series"},
     # series renders an analysis as gpuwatch_* series for the service layer (Analysis type only back).
     "series": BASE | {"service"},
-    "report": BASE | {"service"},
+    # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service.
+    "history": BASE | {"sources", "series", "service"},
+    "report": BASE | {"service", "history"},
     "exporter": BASE | {"service", "series"},
     "ui": BASE | {"service"},
-    "cli": BASE | {"service", "report", "exporter", "ui"},
+    "cli": BASE | {"service", "history", "report", "exporter", "ui"},
     "__main__": {"cli"},
     "__init__": set(),
 }

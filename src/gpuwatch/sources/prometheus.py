@@ -533,3 +533,178 @@ def allocation_history(source: PrometheusSource, window: Window) -> pd.DataFrame
             frame[label] = ""
     frame = frame.rename(columns={"value": "ge_share"})
     return frame[frame["ge_share"].notna() & frame["pod"].ne("")][columns].reset_index(drop=True)
+
+
+# -- the history path: gpuwatch's own series over long windows (SPEC §4.3) --------------------------
+
+HISTORY_PIECE_SECONDS: Final = 86_400  # one range evaluation reads at most a day of samples per series
+_POD = promql.POD_HISTORY_LABELS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistorySums:
+    """gpuwatch's own series over a window, read piece by piece (frames in base units, labels as str).
+
+    `pieces`: piece (0, 1, ...), end, seconds (its length) and samples (exporter cycles in it, 0 when
+    none). The other frames carry `piece`, their label columns and `value`: a sum_over_time (Σ of the
+    samples in the piece, so Σ × the piece's sample interval is GE-hours, or USD for the rates), a
+    count_over_time, or a last_over_time (the last sample in the piece). The *_now frames are instant
+    reads at the window's end (no `piece`): what the exporter published last.
+    """
+
+    pieces: pd.DataFrame
+    pool_states: pd.DataFrame  # pool, state: Σ GE
+    team_states: pd.DataFrame  # team, state: Σ GE (allocated_idle, allocated_active)
+    team_used: pd.DataFrame  # team: Σ busy GE (utilization × GE share)
+    team_cost: pd.DataFrame  # team: Σ USD/h allocated
+    team_idle_cost: pd.DataFrame  # team: Σ USD/h idle-allocated
+    pod_allocated: pd.DataFrame  # namespace, pod, team, node, pool: Σ GE
+    pod_idle: pd.DataFrame  # ... Σ idle-allocated GE
+    pod_used: pd.DataFrame  # ... Σ busy GE
+    pod_last_allocated: pd.DataFrame  # ... GE at the pod's last sample in the piece
+    pod_last_idle: pd.DataFrame  # ... idle-allocated GE at the pod's last sample in the piece
+    pod_idle_since: pd.DataFrame  # ... idle-since epoch seconds at the last sample that had one
+    fragmentation_sum: pd.DataFrame  # pool: Σ fragmentation ratio
+    fragmentation_count: pd.DataFrame  # pool: samples of the ratio
+    price_sum: pd.DataFrame  # pool: Σ USD per GPU-hour
+    price_count: pd.DataFrame  # pool: samples of the price
+    capacity_sum: pd.DataFrame  # node: Σ physical GPUs
+    reporting_sum: pd.DataFrame  # node: Σ GPU units with DCGM telemetry (a MIG instance is a unit)
+    nodes_now: pd.DataFrame  # node, pool: physical GPUs
+    largest_free_block_now: pd.DataFrame  # pool: GE
+    pending_now: pd.DataFrame  # namespace, pod, team, pool, blocked_by: GE requested
+    pending_waiting_now: pd.DataFrame  # namespace, pod, team, pool: seconds waited
+
+
+def window_pieces(window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS) -> pd.DataFrame:
+    """The window cut into pieces of `piece_seconds` from its start, the last one shorter: piece, end,
+    seconds."""
+    if piece_seconds < 1:
+        raise ConfigError(f"a history piece must last at least 1s, got {piece_seconds}s")
+    full = int(window.duration_seconds // piece_seconds)
+    rest = window.duration_seconds - full * piece_seconds
+    seconds = [float(piece_seconds)] * full + ([rest] if rest >= 1e-3 else [])
+    ends = [window.start + timedelta(seconds=piece_seconds * (k + 1)) for k in range(full)]
+    ends += [window.end] if len(seconds) > full else []
+    return pd.DataFrame(
+        {
+            "piece": np.arange(len(seconds), dtype=np.int64),
+            "end": pd.to_datetime(ends, utc=True),
+            "seconds": np.asarray(seconds, dtype=np.float64),
+        }
+    )
+
+
+def exporter_samples(
+    source: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
+) -> pd.DataFrame:
+    """window_pieces() plus `samples`: how many cycles gpuwatch's exporter left in each piece (0: none)."""
+    pieces = window_pieces(window, piece_seconds=piece_seconds)
+    counts = _piecewise(
+        source, lambda s: promql.exporter_samples_query(range_seconds=s), window, piece_seconds, ()
+    )
+    per_piece = counts.groupby("piece")["value"].sum()
+    return pieces.assign(samples=pieces["piece"].map(per_piece).fillna(0.0).astype("float64"))
+
+
+def history_sums(
+    source: PrometheusSource,
+    window: Window,
+    *,
+    piece_seconds: int = HISTORY_PIECE_SECONDS,
+    pieces: pd.DataFrame | None = None,
+) -> HistorySums:
+    """Every gpuwatch_* sum, count and last value the history report needs, piece by piece (server-side
+    aggregation: per pod at most, never per GPU), and the latest published pending pods and capacity."""
+
+    def each(build: Callable[[float], str], labels: Sequence[str]) -> pd.DataFrame:
+        return _piecewise(source, build, window, piece_seconds, labels)
+
+    def now(query: str, labels: Sequence[str]) -> pd.DataFrame:
+        return _labelled(source.query(query, at=window.end), labels).drop(columns="piece")
+
+    def pod_sum(metric: str) -> Callable[[float], str]:
+        return lambda s: promql.pod_gpus_sum_query(metric, range_seconds=s)
+
+    def pod_last(metric: str) -> Callable[[float], str]:
+        return lambda s: promql.pod_gpus_last_query(metric, range_seconds=s)
+
+    def pool(metric: str, *, count: bool) -> Callable[[float], str]:
+        return lambda s: promql.pool_sum_query(metric, range_seconds=s, count=count)
+
+    def node(metric: str) -> Callable[[float], str]:
+        return lambda s: promql.node_sum_query(metric, range_seconds=s)
+
+    frag, price = promql.POOL_MEAN_METRICS
+    capacity, reporting = promql.NODE_SUM_METRICS
+    allocation, idle, used = promql.POD_SUM_METRICS
+    return HistorySums(
+        pieces=pieces
+        if pieces is not None
+        else exporter_samples(source, window, piece_seconds=piece_seconds),
+        pool_states=each(lambda s: promql.pool_state_gpus_sum_query(range_seconds=s), ("pool", "state")),
+        team_states=each(lambda s: promql.team_state_gpus_sum_query(range_seconds=s), ("team", "state")),
+        team_used=each(lambda s: promql.team_used_gpus_sum_query(range_seconds=s), ("team",)),
+        team_cost=each(lambda s: promql.team_cost_sum_query(range_seconds=s), ("team",)),
+        team_idle_cost=each(lambda s: promql.team_cost_sum_query(range_seconds=s, idle=True), ("team",)),
+        pod_allocated=each(pod_sum(allocation), _POD),
+        pod_idle=each(pod_sum(idle), _POD),
+        pod_used=each(pod_sum(used), _POD),
+        pod_last_allocated=each(pod_last(allocation), _POD),
+        pod_last_idle=each(pod_last(idle), _POD),
+        pod_idle_since=each(lambda s: promql.pod_idle_since_last_query(range_seconds=s), _POD),
+        fragmentation_sum=each(pool(frag, count=False), ("pool",)),
+        fragmentation_count=each(pool(frag, count=True), ("pool",)),
+        price_sum=each(pool(price, count=False), ("pool",)),
+        price_count=each(pool(price, count=True), ("pool",)),
+        capacity_sum=each(node(capacity), ("node",)),
+        reporting_sum=each(node(reporting), ("node",)),
+        nodes_now=now(promql.node_capacity_latest_query(), ("node", "pool")),
+        largest_free_block_now=now(promql.largest_free_block_latest_query(), ("pool",)),
+        pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
+        pending_waiting_now=now(promql.pending_pod_waiting_latest_query(), promql.PENDING_LABELS),
+    )
+
+
+def _piecewise(
+    source: PrometheusSource,
+    build: Callable[[float], str],
+    window: Window,
+    piece_seconds: int,
+    labels: Sequence[str],
+) -> pd.DataFrame:
+    """build(range) evaluated at the end of every piece: the whole pieces in one range query (step = one
+    piece), the shorter last piece as an instant query. Frame: piece, labels, value."""
+    pieces = window_pieces(window, piece_seconds=piece_seconds)
+    full = int((pieces["seconds"] == piece_seconds).sum())
+    parts = []
+    if full:
+        points = source.range_points(
+            build(piece_seconds),
+            first=window.start + timedelta(seconds=piece_seconds),
+            n=full,
+            step_seconds=piece_seconds,
+        )
+        frame = points.frame()
+        offset = (frame["timestamp"] - pd.Timestamp(window.start)).dt.total_seconds() / piece_seconds
+        parts.append(frame.assign(piece=np.clip(np.round(offset) - 1, 0, full - 1).astype("int64")))
+    if len(pieces) > full:
+        rest = float(pieces["seconds"].iloc[-1])
+        parts.append(source.query(build(rest), at=window.end).assign(piece=full))
+    return _labelled(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), labels)
+
+
+def _labelled(frame: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
+    """piece, the label columns ("" where a series lacks one), value; rows without a finite value dropped."""
+
+    def column(name: str, default: object, dtype: Any) -> "pd.Series[Any]":
+        values = frame[name] if name in frame else pd.Series(default, index=frame.index)
+        converted: pd.Series[Any] = values.astype(dtype)
+        return converted
+
+    columns = {"piece": column("piece", 0, "int64")}
+    columns.update({label: column(label, "", "str") for label in labels})
+    columns["value"] = column("value", np.nan, "float64")
+    out = pd.DataFrame(columns, index=frame.index)
+    kept: pd.DataFrame = out[np.isfinite(out["value"].to_numpy())].reset_index(drop=True)
+    return kept

@@ -258,3 +258,195 @@ def pod_allocation_history_query(*, step_seconds: int, matchers: Sequence[Matche
     """
     body = f"avg_over_time({selector('gpuwatch_pod_gpu_allocation', matchers)}[{step_seconds}s])"
     return _by("sum", POD_ALLOCATION_LABELS, body)
+
+
+# ---------------------------------------------------------------------------------------------
+# The history path (SPEC §4.3): gpuwatch's own low-cardinality series summed over a piece of a window
+# (sum_over_time: the sum of the exporter's samples in the range) or read at its end. GE-hours are those
+# sums times the exporter's sample interval, which the caller finds from exporter_samples_query.
+
+POD_HISTORY_LABELS = POD_ALLOCATION_LABELS
+POD_SUM_METRICS = ("gpuwatch_pod_gpu_allocation", "gpuwatch_pod_gpu_idle", "gpuwatch_pod_gpu_used")
+POD_LAST_METRICS = ("gpuwatch_pod_gpu_allocation", "gpuwatch_pod_gpu_idle")
+POOL_MEAN_METRICS = ("gpuwatch_pool_fragmentation_ratio", "gpuwatch_pool_price_usd_per_gpu_hour")
+NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting")
+PENDING_LABELS = ("namespace", "pod", "team", "pool")
+
+
+def range_duration(seconds: float) -> str:
+    """A range selector's duration: whole seconds as `86400s`, anything finer in milliseconds (`1500ms`)."""
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise ConfigError(f"a range must be positive, got {seconds}s")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def _over_time(aggregate: str, labels: Sequence[str], function: str, metric: str, seconds: float) -> str:
+    by = f" by ({', '.join(check_label_name(label) for label in labels)}) " if labels else ""
+    return f"{aggregate}{by}({function}({selector(metric)}[{range_duration(seconds)}]))"
+
+
+def _pod_over_time(aggregate: str, function: str, metric: str, seconds: float) -> str:
+    return _by(aggregate, POD_HISTORY_LABELS, f"{function}({selector(metric)}[{range_duration(seconds)}])")
+
+
+def _one_of_metrics(metric: str, allowed: Sequence[str]) -> str:
+    if metric not in allowed:
+        raise ConfigError(f"{metric!r} is not one of {', '.join(allowed)}")
+    return metric
+
+
+def exporter_samples_query(*, range_seconds: float) -> str:
+    """How many samples gpuwatch's exporter left in the range (every cycle publishes gpuwatch_build_info).
+
+    exporter_samples_query(range_seconds=86400) is::
+
+        sum(count_over_time(gpuwatch_build_info[86400s]))
+    """
+    return _over_time("sum", (), "count_over_time", "gpuwatch_build_info", range_seconds)
+
+
+def pool_state_gpus_sum_query(*, range_seconds: float) -> str:
+    """GE per pool and ledger state, summed over the exporter's samples in the range.
+
+    pool_state_gpus_sum_query(range_seconds=86400) is::
+
+        sum by (pool, state) (sum_over_time(gpuwatch_pool_gpus[86400s]))
+    """
+    return _over_time("sum", ("pool", "state"), "sum_over_time", "gpuwatch_pool_gpus", range_seconds)
+
+
+def team_state_gpus_sum_query(*, range_seconds: float) -> str:
+    """GE each team held idle-allocated and active, summed over the exporter's samples in the range.
+
+    team_state_gpus_sum_query(range_seconds=86400) is::
+
+        sum by (team, state) (sum_over_time(gpuwatch_team_gpus[86400s]))
+    """
+    return _over_time("sum", ("team", "state"), "sum_over_time", "gpuwatch_team_gpus", range_seconds)
+
+
+def team_used_gpus_sum_query(*, range_seconds: float) -> str:
+    """Busy GE (utilization × GE share) per team, summed over the exporter's samples in the range.
+
+    team_used_gpus_sum_query(range_seconds=86400) is::
+
+        sum by (team) (sum_over_time(gpuwatch_team_used_gpus[86400s]))
+    """
+    return _over_time("sum", ("team",), "sum_over_time", "gpuwatch_team_used_gpus", range_seconds)
+
+
+def team_cost_sum_query(*, range_seconds: float, idle: bool = False) -> str:
+    """A team's spend rate (USD/h), allocated or idle-allocated, summed over the exporter's samples.
+
+    team_cost_sum_query(range_seconds=86400) and (idle=True) are::
+
+        sum by (team) (sum_over_time(gpuwatch_team_cost_usd_per_hour[86400s]))
+        sum by (team) (sum_over_time(gpuwatch_team_idle_cost_usd_per_hour[86400s]))
+    """
+    metric = "gpuwatch_team_idle_cost_usd_per_hour" if idle else "gpuwatch_team_cost_usd_per_hour"
+    return _over_time("sum", ("team",), "sum_over_time", metric, range_seconds)
+
+
+def pod_gpus_sum_query(metric: str, *, range_seconds: float) -> str:
+    """GE per pod (allocated, idle-allocated or busy), summed over the exporter's samples in the range.
+
+    The same for gpuwatch_pod_gpu_idle and gpuwatch_pod_gpu_used;
+    pod_gpus_sum_query("gpuwatch_pod_gpu_allocation", range_seconds=86400) is::
+
+        sum by (
+          namespace, pod, team, node, pool
+        ) (
+          sum_over_time(gpuwatch_pod_gpu_allocation[86400s])
+        )
+    """
+    return _pod_over_time("sum", "sum_over_time", _one_of_metrics(metric, POD_SUM_METRICS), range_seconds)
+
+
+def pod_gpus_last_query(metric: str, *, range_seconds: float) -> str:
+    """GE per pod (allocated or idle-allocated) at its last sample in the range.
+
+    The same for gpuwatch_pod_gpu_idle;
+    pod_gpus_last_query("gpuwatch_pod_gpu_allocation", range_seconds=86400) is::
+
+        sum by (
+          namespace, pod, team, node, pool
+        ) (
+          last_over_time(gpuwatch_pod_gpu_allocation[86400s])
+        )
+    """
+    return _pod_over_time("sum", "last_over_time", _one_of_metrics(metric, POD_LAST_METRICS), range_seconds)
+
+
+def pod_idle_since_last_query(*, range_seconds: float) -> str:
+    """Since when each pod was idle, at the last sample in the range that said so.
+
+    pod_idle_since_last_query(range_seconds=86400) is::
+
+        max by (
+          namespace, pod, team, node, pool
+        ) (
+          last_over_time(gpuwatch_pod_gpu_idle_since_timestamp_seconds[86400s])
+        )
+    """
+    metric = "gpuwatch_pod_gpu_idle_since_timestamp_seconds"
+    return _pod_over_time("max", "last_over_time", metric, range_seconds)
+
+
+def pool_sum_query(metric: str, *, range_seconds: float, count: bool = False) -> str:
+    """A per-pool ratio or price summed (or, count=True, counted) over the samples in the range: its time
+    average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
+
+    The same for gpuwatch_pool_price_usd_per_gpu_hour;
+    pool_sum_query("gpuwatch_pool_fragmentation_ratio", range_seconds=86400) and (count=True) are::
+
+        sum by (pool) (sum_over_time(gpuwatch_pool_fragmentation_ratio[86400s]))
+        sum by (pool) (count_over_time(gpuwatch_pool_fragmentation_ratio[86400s]))
+    """
+    metric = _one_of_metrics(metric, POOL_MEAN_METRICS)
+    function = "count_over_time" if count else "sum_over_time"
+    return _over_time("sum", ("pool",), function, metric, range_seconds)
+
+
+def node_sum_query(metric: str, *, range_seconds: float) -> str:
+    """GPU units per node (capacity, or with DCGM telemetry) summed over the samples in the range.
+
+    The same for gpuwatch_node_gpus_reporting;
+    node_sum_query("gpuwatch_node_gpu_capacity", range_seconds=86400) is::
+
+        sum by (node) (sum_over_time(gpuwatch_node_gpu_capacity[86400s]))
+    """
+    metric = _one_of_metrics(metric, NODE_SUM_METRICS)
+    return _over_time("sum", ("node",), "sum_over_time", metric, range_seconds)
+
+
+def node_capacity_latest_query() -> str:
+    """Physical GPUs per node now (an instant query: the latest sample, staleness-aware).
+
+    max by (node, pool) (gpuwatch_node_gpu_capacity)
+    """
+    return f"max by (node, pool) ({selector('gpuwatch_node_gpu_capacity')})"
+
+
+def largest_free_block_latest_query() -> str:
+    """The largest request one schedulable node of each pool can take now (instant query).
+
+    max by (pool) (gpuwatch_pool_largest_free_block_gpus)
+    """
+    return f"max by (pool) ({selector('gpuwatch_pool_largest_free_block_gpus')})"
+
+
+def pending_pod_gpus_latest_query() -> str:
+    """GE each pending GPU pod requests now, and why it waits (instant query).
+
+    max by (namespace, pod, team, pool, blocked_by) (gpuwatch_pending_pod_gpus)
+    """
+    return f"max by ({', '.join(PENDING_LABELS)}, blocked_by) ({selector('gpuwatch_pending_pod_gpus')})"
+
+
+def pending_pod_waiting_latest_query() -> str:
+    """How long each pending GPU pod had waited at the exporter's latest cycle (instant query).
+
+    max by (namespace, pod, team, pool) (gpuwatch_pending_pod_waiting_seconds)
+    """
+    return f"max by ({', '.join(PENDING_LABELS)}) ({selector('gpuwatch_pending_pod_waiting_seconds')})"

@@ -1,0 +1,368 @@
+"""Long-window reports from gpuwatch's own low-cardinality gpuwatch_* series (SPEC §4.3), no raw DCGM."""
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuwatch.config import Settings
+from gpuwatch.errors import ConfigError, DataError
+from gpuwatch.model import LEDGER_STATES, Window
+from gpuwatch.service import Coverage
+from gpuwatch.sources.prometheus import (
+    HISTORY_PIECE_SECONDS,
+    HistorySums,
+    PrometheusSource,
+    exporter_samples,
+    history_sums,
+)
+from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
+
+# `gpuwatch report --source auto` reads history for windows longer than this (SPEC §4.3: long ranges).
+AUTO_HISTORY_AFTER_SECONDS = 2 * 86_400
+SECONDS_PER_HOUR = 3600.0
+EPSILON_GE = 1e-9
+POD_KEYS = POD_HISTORY_LABELS
+WORKLOAD_KEYS = ("namespace", "pod", "team")
+
+
+PriceOf = Callable[["pd.Series[str]"], "np.ndarray[Any, np.dtype[np.float64]]"]
+
+
+class NoHistoryError(DataError):
+    """Prometheus holds no gpuwatch_* samples for the window (`gpuwatch export` was not scraped then)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class History:
+    """A window as gpuwatch's own series recorded it: the frames a report is made of (as usage_tables())."""
+
+    window: Window
+    settings: Settings
+    gpus: int  # physical GPUs at the window's end
+    tables: Mapping[str, pd.DataFrame]  # fleet, fleet_ledger, team, namespace, workload, pool
+    pending: pd.DataFrame  # namespace, pod, team, pool, gpus, waiting_seconds, blocked_by
+    coverage: Coverage
+    sample_seconds: float  # the exporter's mean sample interval where it left samples (NaN: nowhere)
+
+
+def wants_history(source: str, window: Window, *, demo: bool = False) -> bool:
+    """Whether `--source` (history, raw or auto) asks for the history path for this window."""
+    if source not in ("history", "raw", "auto"):
+        raise ConfigError(f"--source must be history, raw or auto, got {source!r}")
+    if source == "history" and demo:
+        raise ConfigError("the simulated fleet keeps no Prometheus history: use --source raw with --demo")
+    if source == "auto":
+        return not demo and window.duration_seconds > AUTO_HISTORY_AFTER_SECONDS
+    return source == "history"
+
+
+def read_history(
+    settings: Settings,
+    window: Window,
+    *,
+    prometheus: PrometheusSource | None = None,
+    piece_seconds: int = HISTORY_PIECE_SECONDS,
+) -> History:
+    """The window from gpuwatch_* series in Prometheus; NoHistoryError when there are none in it."""
+    own = prometheus is None
+    if prometheus is None:
+        if not settings.prometheus.url:
+            raise ConfigError(
+                "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
+            )
+        prometheus = PrometheusSource.from_settings(settings.prometheus)
+    try:
+        pieces = exporter_samples(prometheus, window, piece_seconds=piece_seconds)
+        if not (pieces["samples"] > 0).any():
+            raise NoHistoryError(
+                f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
+                f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
+            )
+        sums = history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces)
+        return assemble(sums, window=window, settings=settings, source_warnings=prometheus.take_warnings())
+    finally:
+        if own:
+            prometheus.close()
+
+
+def assemble(
+    sums: HistorySums, *, window: Window, settings: Settings, source_warnings: Sequence[str] = ()
+) -> History:
+    """Turn per-piece sums into GE-hours and dollars per fleet, team, namespace, workload and pool.
+
+    A sum over a piece times the piece's sample interval (its length / the exporter's cycles in it) is
+    GE-hours: every sample stands for an equal share of its piece, as a raw sample stands for `step`.
+    A piece without exporter samples adds nothing and is named in coverage.warnings. Money uses the
+    prices the exporter published (each pool's time average), the price book's where a pool has none.
+    """
+    hours = _Hours(sums.pieces)
+    prices = _published_prices(sums, hours)
+
+    def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
+        book = settings.pricing.usd_per_gpu_hour
+        return np.array([prices.get(p, book(p)) for p in pools.astype("str")], dtype=np.float64)
+
+    pool_hours = _pool_ledger(sums, hours)
+    usd = price_of(pool_hours["pool"])
+    ledger = {f"{s}_gpu_hours": float(pool_hours[f"{s}_gpu_hours"].sum()) for s in LEDGER_STATES}
+
+    def dollars(*states: str) -> float:
+        return float((sum(pool_hours[f"{s}_gpu_hours"].to_numpy() for s in states) * usd).sum())
+
+    fleet_ledger = pd.DataFrame(
+        {
+            **{k: [v] for k, v in ledger.items()},
+            "cost_usd": [dollars("allocated_idle", "allocated_active")],
+            "waste_usd": [dollars("allocated_idle")],
+            "unallocated_cost_usd": [dollars("unallocated")],
+            "stranded_cost_usd": [dollars("stranded")],
+            "unavailable_cost_usd": [dollars("unavailable")],
+        }
+    )
+    workloads = _workloads(sums, hours, price_of)
+    teams = _teams(sums, hours, workloads)
+    namespaces = workloads.groupby(["namespace", "team"], as_index=False, sort=True).agg(
+        allocated_gpu_hours=("allocated_gpu_hours", "sum"),
+        used_gpu_hours=("used_gpu_hours", _sum_known),
+        idle_gpu_hours=("idle_gpu_hours", "sum"),
+        cost_usd=("cost_usd", "sum"),
+        waste_usd=("waste_usd", "sum"),
+        pods=("pod", "size"),
+    )
+    fleet = pd.DataFrame(
+        {
+            "allocated_gpu_hours": [float(teams["allocated_gpu_hours"].sum())],
+            "used_gpu_hours": [_sum_known(teams["used_gpu_hours"])],
+        }
+    )
+    pools = _pools(sums, hours, pool_hours, workloads)
+    step = window.step_seconds
+    warnings = [*source_warnings, *_gap_warnings(sums.pieces)]
+    default = settings.pricing.default_usd_per_gpu_hour
+    warnings += [
+        f"unknown product {p or '(none)'} priced at default ${default:.2f}/GPU-hour"
+        for p in sorted(set(pools["pool"].astype("str")) - set(prices))
+        if not settings.pricing.knows(p)
+    ]
+    warnings.append(
+        "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "
+        "unattributed GPU-hours (both shown as 0), and count GPU samples present per node and piece (a day), "
+        "capped at capacity (--source raw recomputes all three)"
+    )
+    expected, present = _telemetry_gpu_hours(sums, hours)
+    coverage = Coverage(
+        # GPU-hours of capacity and of telemetry, counted in samples of the report's step.
+        gpu_samples_expected=round(expected * SECONDS_PER_HOUR / step),
+        gpu_samples_present=round(present * SECONDS_PER_HOUR / step),
+        unattributed_gpu_hours=0.0,
+        util_source={"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0, "DCGM_FI_DEV_GPU_UTIL": 0},
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
+    return History(
+        window=window,
+        settings=settings,
+        gpus=round(float(sums.nodes_now["value"].sum())),
+        tables={
+            "fleet": fleet,
+            "fleet_ledger": fleet_ledger,
+            "team": teams,
+            "namespace": namespaces,
+            "workload": workloads,
+            "pool": pools,
+        },
+        pending=_pending(sums),
+        coverage=coverage,
+        sample_seconds=hours.sample_seconds,
+    )
+
+
+class _Hours:
+    """Per-piece sums of GE (or USD/h) samples to GE-hours (USD): × the piece's sample interval in hours."""
+
+    def __init__(self, pieces: pd.DataFrame) -> None:
+        covered = pieces[pieces["samples"] > 0]
+        interval = covered["seconds"].to_numpy() / covered["samples"].to_numpy()
+        self.per_sample = pd.Series(interval / SECONDS_PER_HOUR, index=covered["piece"].to_numpy())
+        total = float(covered["samples"].sum())
+        self.sample_seconds = float(covered["seconds"].sum()) / total if total else float("nan")
+
+    def weighted(self, frame: pd.DataFrame) -> "pd.Series[float]":
+        weight = frame["piece"].map(self.per_sample).fillna(0.0)
+        out: pd.Series[float] = frame["value"] * weight
+        return out
+
+    def by(self, frame: pd.DataFrame, keys: Sequence[str], name: str) -> pd.DataFrame:
+        """Hours per group of `keys`: a frame of the keys and `name` (no row for a group never seen)."""
+        summed = self.weighted(frame).groupby([frame[k] for k in keys], sort=True).sum()
+        return summed.rename(name).reset_index() if len(frame) else _empty(keys, name)
+
+    def total(self, frame: pd.DataFrame) -> float:
+        return float(self.weighted(frame).sum())
+
+
+def _empty(keys: Sequence[str], name: str) -> pd.DataFrame:
+    return pd.DataFrame({**{k: pd.Series(dtype="str") for k in keys}, name: pd.Series(dtype="float64")})
+
+
+def _sum_known(values: "pd.Series[float]") -> float:
+    """A sum that stays unknown (NaN) when every term is (SPEC §3: unknown is never 0)."""
+    return float(values.sum(min_count=1))
+
+
+def _telemetry_gpu_hours(sums: HistorySums, hours: _Hours) -> tuple[float, float]:
+    """GPU-hours of capacity, and of GPUs with DCGM telemetry: per node and piece at most its capacity,
+    since gpuwatch_node_gpus_reporting counts each MIG instance (the raw path counts physical GPUs)."""
+    keys = ["piece", "node"]
+    capacity = sums.capacity_sum.set_index(keys)["value"]
+    reporting = sums.reporting_sum.set_index(keys)["value"].reindex(capacity.index).fillna(0.0)
+    present = reporting.where(reporting <= capacity, capacity).rename("value").reset_index()
+    return hours.total(sums.capacity_sum), hours.total(present)
+
+
+def _time_average(sums: pd.DataFrame, counts: pd.DataFrame, hours: _Hours) -> "pd.Series[float]":
+    """Per pool, Σ value × interval / Σ samples × interval: a time average even where the exporter's
+    cycle changed between pieces (NaN where the pool has no samples)."""
+    total = hours.by(sums, ("pool",), "value").set_index("pool")["value"]
+    duration = hours.by(counts, ("pool",), "value").set_index("pool")["value"].reindex(total.index)
+    mean: pd.Series[float] = (total / duration).where(duration > 0)
+    return mean
+
+
+def _published_prices(sums: HistorySums, hours: _Hours) -> dict[str, float]:
+    """Each pool's published price per GPU-hour, time-averaged over the window."""
+    mean = _time_average(sums.price_sum, sums.price_count, hours).dropna()
+    return {str(pool): float(price) for pool, price in mean.items()}
+
+
+def _pool_ledger(sums: HistorySums, hours: _Hours) -> pd.DataFrame:
+    """pool and `<state>_gpu_hours` for every ledger state (0 where a pool never had that state)."""
+    long = hours.by(sums.pool_states, ("pool", "state"), "gpu_hours")
+    wide = long.pivot_table(index="pool", columns="state", values="gpu_hours", aggfunc="sum", fill_value=0.0)
+    wide = wide.reindex(columns=list(LEDGER_STATES), fill_value=0.0).astype("float64")
+    wide.columns = pd.Index([f"{s}_gpu_hours" for s in LEDGER_STATES])
+    return wide.rename_axis(index="pool").reset_index()
+
+
+def _workloads(sums: HistorySums, hours: _Hours, price_of: "PriceOf") -> pd.DataFrame:
+    """One row per pod (namespace, pod, team): GE-hours, dollars, and at its last sample node, pool,
+    gpus and idle_since (set only when every GE it held then was idle, as idle_since() in the raw path)."""
+    keys = list(POD_KEYS)
+    series = hours.by(sums.pod_allocated, keys, "allocated_gpu_hours")
+    series = series.merge(hours.by(sums.pod_idle, keys, "idle_gpu_hours"), on=keys, how="left")
+    series = series.merge(hours.by(sums.pod_used, keys, "used_gpu_hours"), on=keys, how="left")
+    series["idle_gpu_hours"] = series["idle_gpu_hours"].fillna(0.0)
+    usd = price_of(series["pool"])
+    series["cost_usd"] = series["allocated_gpu_hours"].to_numpy() * usd
+    series["waste_usd"] = series["idle_gpu_hours"].to_numpy() * usd
+    piece = ["piece", *keys]
+    last = sums.pod_last_allocated.sort_values("piece", kind="stable").drop_duplicates(keys, keep="last")
+    last = last.rename(columns={"value": "gpus"})
+    last = last.merge(sums.pod_last_idle.rename(columns={"value": "idle_ge"}), on=piece, how="left")
+    last = last.merge(sums.pod_idle_since.rename(columns={"value": "since"}), on=piece, how="left")
+    all_idle = (last["idle_ge"] >= last["gpus"] - EPSILON_GE) & (last["gpus"] > 0)
+    since = last["since"].where(all_idle)
+    last = last.assign(idle_since=pd.to_datetime(since, unit="s", utc=True))[[*piece, "gpus", "idle_since"]]
+    series = series.merge(last, on=keys, how="left")
+    # A pod seen under several label sets (moved node, relabelled team pool) is one workload: sums add
+    # up, and node, pool, gpus and idle_since are those of the series it was last seen in.
+    series = series.sort_values(["piece", "allocated_gpu_hours"], kind="stable", na_position="first")
+    grouped = series.groupby(list(WORKLOAD_KEYS), sort=True)
+    summed = grouped.agg(
+        allocated_gpu_hours=("allocated_gpu_hours", "sum"),
+        used_gpu_hours=("used_gpu_hours", _sum_known),
+        idle_gpu_hours=("idle_gpu_hours", "sum"),
+        cost_usd=("cost_usd", "sum"),
+        waste_usd=("waste_usd", "sum"),
+    ).reset_index()
+    latest = grouped.tail(1)[[*WORKLOAD_KEYS, "node", "pool", "gpus", "idle_since"]]
+    out = summed.merge(latest, on=list(WORKLOAD_KEYS), how="left")
+    out["gpus"] = out["gpus"].fillna(0.0)
+    out["pods"] = 1
+    return out
+
+
+def _teams(sums: HistorySums, hours: _Hours, workloads: pd.DataFrame) -> pd.DataFrame:
+    """Per team: allocated, idle and used GE-hours, cost and waste from the team series; pods from the
+    pod series."""
+    states = hours.by(sums.team_states, ("team", "state"), "gpu_hours")
+    wide = states.pivot_table(
+        index="team", columns="state", values="gpu_hours", aggfunc="sum", fill_value=0.0
+    )
+    wide = wide.reindex(columns=["allocated_idle", "allocated_active"], fill_value=0.0).astype("float64")
+    teams = pd.DataFrame(
+        {
+            "allocated_gpu_hours": wide["allocated_idle"] + wide["allocated_active"],
+            "idle_gpu_hours": wide["allocated_idle"],
+        }
+    )
+    for name, frame in (
+        ("used_gpu_hours", sums.team_used),
+        ("cost_usd", sums.team_cost),
+        ("waste_usd", sums.team_idle_cost),
+    ):
+        teams = teams.join(hours.by(frame, ("team",), name).set_index("team"), how="outer")
+    teams = teams.join(workloads.groupby("team").size().rename("pods"), how="outer")
+    filled = {c: 0.0 for c in ("allocated_gpu_hours", "idle_gpu_hours", "cost_usd", "waste_usd")}
+    teams = teams.fillna(filled).fillna({"pods": 0}).astype({"pods": "int64"})
+    return teams.rename_axis(index="team").reset_index()
+
+
+def _pools(
+    sums: HistorySums, hours: _Hours, pool_hours: pd.DataFrame, workloads: pd.DataFrame
+) -> pd.DataFrame:
+    """Per pool: nodes and GPUs now, ledger GE-hours, used GE-hours, the window's mean fragmentation
+    ratio and the largest free block now."""
+    now = sums.nodes_now.groupby("pool").agg(nodes=("node", "nunique"), gpus=("value", "sum"))
+    frag = _time_average(sums.fragmentation_sum, sums.fragmentation_count, hours)
+    extra: list[pd.DataFrame | pd.Series[float]] = [
+        now,
+        workloads.groupby("pool")["used_gpu_hours"].agg(_sum_known).rename("used_gpu_hours"),
+        frag.rename("fragmentation_ratio"),
+        sums.largest_free_block_now.groupby("pool")["value"].max().rename("largest_free_block_ge"),
+    ]
+    pools = pool_hours.set_index("pool")
+    for frame in extra:
+        pools = pools.join(frame, how="outer")
+    hours_columns = [f"{s}_gpu_hours" for s in LEDGER_STATES]
+    pools = pools.fillna({c: 0.0 for c in hours_columns}).fillna({"nodes": 0, "gpus": 0.0})
+    return pools.astype({"nodes": "int64"}).rename_axis(index="pool").reset_index()
+
+
+def _pending(sums: HistorySums) -> pd.DataFrame:
+    """The pending GPU pods of the exporter's latest cycle, longest waiting first."""
+    keys = list(PENDING_LABELS)
+    pending = sums.pending_now.rename(columns={"value": "gpus"}).merge(
+        sums.pending_waiting_now.rename(columns={"value": "waiting_seconds"}), on=keys, how="left"
+    )
+    columns = [*keys, "gpus", "waiting_seconds", "blocked_by"]
+    return pending[columns].sort_values(
+        ["waiting_seconds", "namespace", "pod"], ascending=[False, True, True], ignore_index=True
+    )
+
+
+def _gap_warnings(pieces: pd.DataFrame) -> list[str]:
+    """One line per run of pieces without exporter samples: those hours count nowhere."""
+    missing = (pieces["samples"] <= 0).to_numpy()
+    warnings = []
+    k = 0
+    while k < len(pieces):
+        if not missing[k]:
+            k += 1
+            continue
+        first = k
+        while k < len(pieces) and missing[k]:
+            k += 1
+        seconds = float(pieces["seconds"].iloc[first:k].sum())
+        start = pieces["end"].iloc[first] - pd.Timedelta(seconds=float(pieces["seconds"].iloc[first]))
+        warnings.append(
+            f"no gpuwatch_* samples from {_iso(start)} to {_iso(pieces['end'].iloc[k - 1])} "
+            f"({seconds / SECONDS_PER_HOUR:g} h): those hours are in no sum of this report"
+        )
+    return warnings
+
+
+def _iso(value: Any) -> str:
+    return pd.Timestamp(value).tz_convert("UTC").strftime("%Y-%m-%dT%H:%M:%SZ")

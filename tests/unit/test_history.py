@@ -1,0 +1,372 @@
+"""The history path's arithmetic on hand-made query results: per-piece sample intervals, gaps, prices."""
+
+import textwrap
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonschema
+import pandas as pd
+import pytest
+
+from gpuwatch.config import Settings
+from gpuwatch.errors import ConfigError
+from gpuwatch.history import assemble, wants_history
+from gpuwatch.model import PriceBook, Window
+from gpuwatch.report import build_history_report, json_schema, render
+from gpuwatch.sources import promql
+from gpuwatch.sources.prometheus import HistorySums, window_pieces
+
+POD = ("namespace", "pod", "team", "node", "pool")
+LABELS = {
+    "pool_states": ("pool", "state"),
+    "team_states": ("team", "state"),
+    "team_used": ("team",),
+    "team_cost": ("team",),
+    "team_idle_cost": ("team",),
+    "pod_allocated": POD,
+    "pod_idle": POD,
+    "pod_used": POD,
+    "pod_last_allocated": POD,
+    "pod_last_idle": POD,
+    "pod_idle_since": POD,
+    "fragmentation_sum": ("pool",),
+    "fragmentation_count": ("pool",),
+    "price_sum": ("pool",),
+    "price_count": ("pool",),
+    "capacity_sum": ("node",),
+    "reporting_sum": ("node",),
+    "nodes_now": ("node", "pool"),
+    "largest_free_block_now": ("pool",),
+    "pending_now": ("namespace", "pod", "team", "pool", "blocked_by"),
+    "pending_waiting_now": ("namespace", "pod", "team", "pool"),
+}
+# 60 h: day 0 before gpuwatch was installed (no exporter cycle), day 1 at a 60 s cycle, then 12 h at 30 s.
+WINDOW = Window(
+    start=datetime(2026, 11, 17, tzinfo=UTC), end=datetime(2026, 11, 19, 12, tzinfo=UTC), step_seconds=60
+)
+SAMPLES = (0.0, 1440.0, 1440.0)
+H100, L4, ACME = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4", "ACME-X1"
+SETTINGS = Settings(pricing=PriceBook(default_usd_per_gpu_hour=2.0, products={L4: 0.8, H100: 3.0}))
+IDLE_SINCE = datetime(2026, 11, 18, 23, 40, tzinfo=UTC)
+
+
+def _sums(samples: Sequence[float] = SAMPLES, **rows: list[tuple[Any, ...]]) -> HistorySums:
+    """HistorySums from rows (piece, *labels, value), or (*labels, value) for the *_now frames."""
+    pieces = window_pieces(WINDOW).assign(samples=list(samples))
+    frames = {}
+    for name, labels in LABELS.items():
+        columns = [*labels, "value"]
+        if not name.endswith("_now"):
+            columns.insert(0, "piece")
+        frames[name] = pd.DataFrame(rows.get(name, []), columns=columns).astype(
+            {c: "str" for c in labels}
+            | {"value": "float64"}
+            | ({"piece": "int64"} if "piece" in columns else {})
+        )
+    return HistorySums(pieces=pieces, **frames)
+
+
+def _fleet() -> HistorySums:
+    """8 H100s ($4 published), 4 L4s ($0.8 from the book, none published), 1 ACME (unknown: $2 default).
+
+    Day 1 (1440 samples of 60 s): llm's train-0 holds 6 H100s, 2 free; the L4s are unavailable.
+    Last 12 h (1440 samples of 30 s): llm's nb-0 holds 8 H100s idle; ds's nb-ds holds 1 L4, idle 10 of
+    the 12 h and active at the end; 1 L4 stranded, 2 free; the ACME node joins, free.
+    A stray sample in day 0 (no exporter cycle to size it) counts nowhere.
+    """
+    ds_pod = ("ds", "nb-ds", "ds", "l4-a", L4)
+    train = ("llm", "train-0", "llm", "h100-a", H100)
+    nb = ("llm", "nb-0", "llm", "h100-a", H100)
+    n = 1440
+    return _sums(
+        pool_states=[
+            (0, H100, "allocated_active", 999.0),
+            (1, H100, "allocated_active", 6 * n),
+            (1, H100, "unallocated", 2 * n),
+            (2, H100, "allocated_idle", 8 * n),
+            (1, L4, "unavailable", 4 * n),
+            (2, L4, "stranded", n),
+            (2, L4, "unallocated", 2 * n),
+            (2, L4, "allocated_idle", 1200.0),
+            (2, L4, "allocated_active", 240.0),
+            (2, ACME, "unallocated", n),
+        ],
+        team_states=[
+            (1, "llm", "allocated_active", 6 * n),
+            (2, "llm", "allocated_idle", 8 * n),
+            (2, "ds", "allocated_idle", 1200.0),
+            (2, "ds", "allocated_active", 240.0),
+        ],
+        team_used=[(1, "llm", 3 * n)],  # ds's GPU never reported utilization: unknown, not 0
+        team_cost=[(1, "llm", 24.0 * n), (2, "llm", 32.0 * n), (2, "ds", 0.8 * n)],
+        team_idle_cost=[(2, "llm", 32.0 * n), (2, "ds", 0.8 * 1200)],
+        pod_allocated=[(1, *train, 6 * n), (2, *nb, 8 * n), (2, *ds_pod, n)],
+        pod_idle=[(1, *train, 0.0), (2, *nb, 8 * n), (2, *ds_pod, 1200.0)],
+        pod_used=[(1, *train, 3 * n)],
+        pod_last_allocated=[(1, *train, 6.0), (2, *nb, 8.0), (2, *ds_pod, 1.0)],
+        pod_last_idle=[(1, *train, 0.0), (2, *nb, 8.0), (2, *ds_pod, 0.0)],
+        # nb-ds was idle earlier in the piece (its last idle-since sample), not at its last sample.
+        pod_idle_since=[(2, *nb, IDLE_SINCE.timestamp()), (2, *ds_pod, IDLE_SINCE.timestamp() - 600)],
+        fragmentation_sum=[(1, H100, 0.5 * n), (2, H100, 0.0), (2, L4, 0.25 * n)],
+        fragmentation_count=[(1, H100, n), (2, H100, n), (2, L4, n)],
+        price_sum=[(1, H100, 4.0 * n), (2, H100, 4.0 * n)],
+        price_count=[(1, H100, n), (2, H100, n)],
+        capacity_sum=[(1, "h100-a", 8 * n), (2, "h100-a", 8 * n), (1, "l4-a", 4 * n), (2, "l4-a", 4 * n)],
+        # A MIG node reports more units than it has GPUs: counted at most at capacity.
+        reporting_sum=[(1, "h100-a", 7 * n), (2, "h100-a", 8 * n), (2, "l4-a", 9 * n)],
+        nodes_now=[("h100-a", H100, 8.0), ("l4-a", L4, 4.0), ("acme-a", ACME, 1.0)],
+        largest_free_block_now=[(H100, 0.0), (L4, 2.0), (ACME, 1.0)],
+        pending_now=[
+            ("llm", "big-0", "llm", H100, "capacity", 8.0),
+            ("ds", "x-0", "ds", "", "capacity", 1.0),
+        ],
+        pending_waiting_now=[("llm", "big-0", "llm", H100, 600.0), ("ds", "x-0", "ds", "", 1200.0)],
+    )
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return build_history_report(assemble(_fleet(), window=WINDOW, settings=SETTINGS))
+
+
+def test_ledger_hours_use_each_pieces_sample_interval(report: dict[str, Any]) -> None:
+    fleet = report["fleet"]
+    assert fleet["ledger_gpu_hours"] == pytest.approx(
+        {
+            "unavailable": 96.0,  # 4 L4 x 24 h
+            "stranded": 12.0,  # 1 L4 x 12 h
+            "unallocated": 48.0 + 24.0 + 12.0,
+            "allocated_idle": 96.0 + 10.0,
+            "allocated_active": 144.0 + 2.0,
+        }
+    )
+    assert fleet["capacity_gpu_hours"] == pytest.approx(8 * 36 + 4 * 36 + 12)
+    assert fleet["gpus"] == 13
+    assert fleet["allocated_gpu_hours"] == pytest.approx(240.0 + 12.0)
+    assert fleet["used_gpu_hours"] == pytest.approx(72.0)
+    # Published H100 price $4 (not the book's $3); L4 from the book; ACME at the default.
+    assert fleet["cost_usd"] == pytest.approx(240 * 4.0 + 12 * 0.8)
+    assert fleet["waste_usd"] == pytest.approx(96 * 4.0 + 10 * 0.8)
+    assert fleet["unallocated_cost_usd"] == pytest.approx(48 * 4.0 + 24 * 0.8 + 12 * 2.0)
+    assert fleet["stranded_cost_usd"] == pytest.approx(12 * 0.8)
+
+
+def test_teams_from_team_series_and_pods_from_pod_series(report: dict[str, Any]) -> None:
+    teams = {t["team"]: t for t in report["teams"]}
+    assert [t["team"] for t in report["teams"]] == ["llm", "ds"]  # by waste
+    assert teams["llm"] == pytest.approx(
+        {
+            "team": "llm",
+            "allocated_gpu_hours": 240.0,
+            "used_gpu_hours": 72.0,
+            "idle_gpu_hours": 96.0,
+            "efficiency": 0.3,
+            "cost_usd": 24.0 * 24 + 32.0 * 12,
+            "waste_usd": 32.0 * 12,
+            "pods": 2,
+        }
+    )
+    # No utilization ever reported: used is unknown, so efficiency is null (shown as 0 GPU-hours used).
+    assert teams["ds"]["efficiency"] is None
+    assert teams["ds"]["allocated_gpu_hours"] == pytest.approx(12.0)
+    assert teams["ds"]["waste_usd"] == pytest.approx(8.0)
+    namespaces = {n["namespace"]: n for n in report["namespaces"]}
+    assert namespaces["llm"]["cost_usd"] == pytest.approx(240 * 4.0)
+    assert namespaces["ds"]["cost_usd"] == pytest.approx(12 * 0.8)
+
+
+def test_workloads_last_values_and_idle_since(report: dict[str, Any]) -> None:
+    pods = {w["pod"]: w for w in report["workloads"]}
+    assert pods["nb-0"]["idle_since"] == "2026-11-18T23:40:00Z"  # every GE idle at its last sample
+    assert pods["nb-0"]["gpus"] == 8.0 and pods["nb-0"]["waste_usd"] == pytest.approx(96 * 4.0)
+    assert pods["nb-ds"]["idle_since"] is None  # active again at its last sample
+    assert pods["nb-ds"]["idle_gpu_hours"] == pytest.approx(10.0)
+    assert pods["train-0"]["gpus"] == 6.0 and pods["train-0"]["used_gpu_hours"] == pytest.approx(72.0)
+    assert pods["train-0"]["idle_since"] is None
+
+
+def test_pools_time_averages_and_latest_values(report: dict[str, Any]) -> None:
+    pools = {p["pool"]: p for p in report["pools"]}
+    # 0.5 for 24 h, then 0 for 12 h: a time average, not the per-sample mean 0.25.
+    assert pools[H100]["fragmentation_ratio"] == pytest.approx(1 / 3)
+    assert pools[L4]["fragmentation_ratio"] == pytest.approx(0.25)
+    assert pools[ACME]["fragmentation_ratio"] is None
+    assert pools[H100]["allocation_rate"] == pytest.approx(240 / 288)
+    assert pools[H100]["utilization"] == pytest.approx(72 / 288)
+    assert (pools[L4]["nodes"], pools[L4]["gpus"], pools[L4]["largest_free_block"]) == (1, 4, 2.0)
+    assert pools[L4]["stranded_gpu_hours"] == pytest.approx(12.0)
+
+
+def test_coverage_pending_and_warnings(report: dict[str, Any]) -> None:
+    coverage = report["coverage"]
+    assert coverage["gpu_samples_expected"] == (8 * 36 + 4 * 36) * 60  # GPU-hours in 60 s samples
+    assert coverage["gpu_samples_present"] == (7 * 24 + 8 * 12 + 4 * 12) * 60
+    warnings = coverage["warnings"]
+    assert warnings[0] == (
+        "no gpuwatch_* samples from 2026-11-17T00:00:00Z to 2026-11-18T00:00:00Z (24 h): "
+        "those hours are in no sum of this report"
+    )
+    assert "unknown product ACME-X1 priced at default $2.00/GPU-hour" in warnings
+    assert any(w.startswith("history path:") for w in warnings)
+    assert [p["pod"] for p in report["pending"]] == ["x-0", "big-0"]
+    assert report["pending"][0]["pool"] == ""
+    jsonschema.validate(report, json_schema())
+
+
+def test_a_pod_seen_under_two_label_sets_is_one_workload() -> None:
+    n = 1440
+    moved = ("llm", "job-0", "llm", "h100-b", H100)
+    before = ("llm", "job-0", "llm", "h100-a", H100)
+    sums = _sums(
+        pod_allocated=[(1, *before, 2 * n), (2, *moved, 2 * n)],
+        pod_idle=[(1, *before, 0.0), (2, *moved, n)],
+        pod_last_allocated=[(1, *before, 2.0), (2, *moved, 2.0)],
+        pod_last_idle=[(1, *before, 0.0), (2, *moved, 2.0)],
+        pod_idle_since=[(2, *moved, IDLE_SINCE.timestamp())],
+    )
+    history = assemble(sums, window=WINDOW, settings=SETTINGS)
+    (row,) = history.tables["workload"].to_dict("records")
+    assert row["node"] == "h100-b"
+    assert row["allocated_gpu_hours"] == pytest.approx(48.0 + 24.0)
+    assert row["idle_gpu_hours"] == pytest.approx(12.0)  # 1 of its 2 GE idle for the last 12 h
+    assert row["idle_since"] == pd.Timestamp(IDLE_SINCE)
+    assert history.sample_seconds == pytest.approx(129_600 / 2880)
+
+
+def test_nothing_but_empty_frames_is_a_report() -> None:
+    report = build_history_report(assemble(_sums(), window=WINDOW, settings=SETTINGS))
+    jsonschema.validate(report, json_schema())
+    assert report["fleet"]["capacity_gpu_hours"] == 0.0
+    assert report["teams"] == report["workloads"] == report["pools"] == []
+
+
+def test_table_names_the_path() -> None:
+    report = build_history_report(assemble(_fleet(), window=WINDOW, settings=SETTINGS))
+    text = render(report, "table", source="history (gpuwatch_* series)").decode()
+    assert text.splitlines()[1] == "source: history (gpuwatch_* series)"
+
+
+def test_window_pieces() -> None:
+    pieces = window_pieces(WINDOW)
+    assert pieces["seconds"].tolist() == [86_400.0, 86_400.0, 43_200.0]
+    assert pieces["end"].tolist() == [
+        pd.Timestamp("2026-11-18T00:00Z"),
+        pd.Timestamp("2026-11-19T00:00Z"),
+        pd.Timestamp("2026-11-19T12:00Z"),
+    ]
+    assert window_pieces(WINDOW, piece_seconds=216_000)["seconds"].tolist() == [216_000.0]
+
+
+@pytest.mark.parametrize(
+    ("source", "days", "demo", "expected"),
+    [
+        ("auto", 2.0, False, False),
+        ("auto", 2.5, False, True),
+        ("auto", 30.0, True, False),
+        ("history", 0.1, False, True),
+        ("raw", 30.0, False, False),
+    ],
+)
+def test_wants_history(source: str, days: float, demo: bool, expected: bool) -> None:
+    end = datetime(2026, 11, 20, tzinfo=UTC)
+    window = Window(start=end - pd.Timedelta(days=days), end=end)
+    assert wants_history(source, window, demo=demo) is expected
+
+
+def test_history_of_the_demo_is_a_usage_error() -> None:
+    with pytest.raises(ConfigError, match="--source raw"):
+        wants_history("history", WINDOW, demo=True)
+
+
+QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
+    (promql.exporter_samples_query, {}, "sum(count_over_time(gpuwatch_build_info[86400s]))"),
+    (
+        promql.pool_state_gpus_sum_query,
+        {},
+        "sum by (pool, state) (sum_over_time(gpuwatch_pool_gpus[86400s]))",
+    ),
+    (
+        promql.team_state_gpus_sum_query,
+        {},
+        "sum by (team, state) (sum_over_time(gpuwatch_team_gpus[86400s]))",
+    ),
+    (promql.team_used_gpus_sum_query, {}, "sum by (team) (sum_over_time(gpuwatch_team_used_gpus[86400s]))"),
+    (
+        promql.team_cost_sum_query,
+        {},
+        "sum by (team) (sum_over_time(gpuwatch_team_cost_usd_per_hour[86400s]))",
+    ),
+    (
+        promql.pod_gpus_sum_query,
+        {"metric": "gpuwatch_pod_gpu_allocation"},
+        "sum by (\n  namespace, pod, team, node, pool\n) (\n"
+        "  sum_over_time(gpuwatch_pod_gpu_allocation[86400s])\n)",
+    ),
+    (
+        promql.pod_gpus_last_query,
+        {"metric": "gpuwatch_pod_gpu_allocation"},
+        "sum by (\n  namespace, pod, team, node, pool\n) (\n"
+        "  last_over_time(gpuwatch_pod_gpu_allocation[86400s])\n)",
+    ),
+    (
+        promql.pod_idle_since_last_query,
+        {},
+        "max by (\n  namespace, pod, team, node, pool\n) (\n"
+        "  last_over_time(gpuwatch_pod_gpu_idle_since_timestamp_seconds[86400s])\n)",
+    ),
+    (
+        promql.pool_sum_query,
+        {"metric": "gpuwatch_pool_fragmentation_ratio"},
+        "sum by (pool) (sum_over_time(gpuwatch_pool_fragmentation_ratio[86400s]))",
+    ),
+    (
+        promql.node_sum_query,
+        {"metric": "gpuwatch_node_gpu_capacity"},
+        "sum by (node) (sum_over_time(gpuwatch_node_gpu_capacity[86400s]))",
+    ),
+]
+LATEST = [
+    (promql.node_capacity_latest_query, "max by (node, pool) (gpuwatch_node_gpu_capacity)"),
+    (promql.largest_free_block_latest_query, "max by (pool) (gpuwatch_pool_largest_free_block_gpus)"),
+    (
+        promql.pending_pod_gpus_latest_query,
+        "max by (namespace, pod, team, pool, blocked_by) (gpuwatch_pending_pod_gpus)",
+    ),
+    (
+        promql.pending_pod_waiting_latest_query,
+        "max by (namespace, pod, team, pool) (gpuwatch_pending_pod_waiting_seconds)",
+    ),
+]
+
+
+def _shown(builder: Callable[..., str]) -> str:
+    doc = (builder.__doc__ or "").split("\n", 1)[1]
+    return textwrap.dedent(doc.split("::\n", 1)[1] if "::\n" in doc else doc).strip()
+
+
+@pytest.mark.parametrize(("builder", "kwargs", "query"), QUERIES, ids=lambda x: getattr(x, "__name__", ""))
+def test_history_queries_exact_and_in_their_docstrings(
+    builder: Callable[..., str], kwargs: dict[str, Any], query: str
+) -> None:
+    assert builder(**kwargs, range_seconds=86_400) == query
+    assert _shown(builder).startswith(query)
+
+
+@pytest.mark.parametrize(("builder", "query"), LATEST, ids=lambda x: getattr(x, "__name__", ""))
+def test_latest_queries_exact_and_in_their_docstrings(builder: Callable[[], str], query: str) -> None:
+    assert builder() == query
+    assert _shown(builder) == query
+
+
+def test_other_query_variants_and_ranges() -> None:
+    assert promql.team_cost_sum_query(range_seconds=43_200.5, idle=True) == (
+        "sum by (team) (sum_over_time(gpuwatch_team_idle_cost_usd_per_hour[43200500ms]))"
+    )
+    assert promql.pool_sum_query("gpuwatch_pool_price_usd_per_gpu_hour", range_seconds=60, count=True) == (
+        "sum by (pool) (count_over_time(gpuwatch_pool_price_usd_per_gpu_hour[60s]))"
+    )
+    with pytest.raises(ConfigError):
+        promql.pod_gpus_sum_query('gpuwatch_pod_gpu_allocation{a="b"}', range_seconds=60)
+    with pytest.raises(ConfigError):
+        promql.range_duration(0)
