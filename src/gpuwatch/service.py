@@ -27,13 +27,13 @@ from gpuwatch.series import published_series, write_openmetrics
 from gpuwatch.sources.dcgm import ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
-from gpuwatch.sources.simulated.exposition import write_backfill
-from gpuwatch.sources.simulated.fleet import (
+from gpuwatch.sources.simulated.demo import (
     DEMO_NAMESPACE_TEAMS,
     DEMO_PRICES_USD_PER_GPU_HOUR,
-    SimulatedFleet,
     build_demo_fleet,
 )
+from gpuwatch.sources.simulated.exposition import write_backfill
+from gpuwatch.sources.simulated.fleet import SimulatedFleet
 from gpuwatch.sources.simulated.source import SimulatedSource
 
 
@@ -688,3 +688,155 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
                 problems.append(f"node {name} has {gpus:g} GPUs but no DCGM series")
         warnings += list(c.warnings)
     return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=unreachable)
+
+
+# =============================================================================================
+# Fleet health and quotas for the UI (the /health and /teams pages). Self-contained: new names only.
+# Per-GPU device telemetry is not part of an Analysis (the ledger needs utilization alone), so it is
+# read here, on its own, for the last few samples of a window only: one cheap query, not a range.
+
+from gpuwatch.model import mig_profile_slices  # noqa: E402
+from gpuwatch.sources.dcgm import FIELD_BY_NAME, unit_rows  # noqa: E402
+
+HEALTH_FIELDS: tuple[str, ...] = (
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+)
+HEALTH_VALUES: tuple[str, ...] = (
+    "util_ratio",
+    "temp_celsius",
+    "power_watts",
+    "fb_used_bytes",
+    "fb_free_bytes",
+    "xid_last",
+    "row_remap_failure",
+)
+HEALTH_COLUMNS: tuple[str, ...] = (
+    "timestamp",
+    "node",
+    "uuid",
+    "gpu_instance_id",
+    "gpu_index",
+    "mig_profile",
+    "ge",
+    *HEALTH_VALUES,
+)
+HEALTH_LOOKBACK_SAMPLES = 5
+
+
+class HealthSources(Protocol):
+    """Sources that read device health themselves (test doubles, wrappers); others are read below."""
+
+    def gpu_health(self, window: Window) -> pd.DataFrame: ...
+
+
+def health_window(window: Window) -> Window:
+    """The last few samples of `window`: what the health view reads."""
+    span = timedelta(seconds=HEALTH_LOOKBACK_SAMPLES * window.step_seconds)
+    start = max(window.start, window.end - span)
+    return Window(start=start, end=window.end, step_seconds=window.step_seconds)
+
+
+def gpu_health(service: FleetService, window: Window) -> pd.DataFrame:
+    """Per telemetry unit (GPU or MIG instance), its last reported values in the final samples of `window`.
+
+    Columns HEALTH_COLUMNS: identity, `ge` (GPU-equivalents of the unit: slices/7 for a MIG instance),
+    util_ratio, temp_celsius, power_watts, fb_used_bytes, fb_free_bytes, xid_last (the sticky last XID
+    code, 0 for none), row_remap_failure (0/1); NaN where the exporter does not serve a field. A unit that
+    reported nothing in those samples has no row (the UI shows it as missing telemetry).
+    """
+    return health_samples(service.sources, health_window(window))
+
+
+def health_samples(sources: "FleetSources | HealthSources", recent: Window) -> pd.DataFrame:
+    """The HEALTH_COLUMNS frame of `recent` from any of the known sources."""
+    if isinstance(sources, SimulatedSources):
+        frame = _simulated_health(sources.fleet, recent)
+    elif isinstance(sources, LiveSources):
+        frame = _live_health(sources, recent)
+    elif hasattr(sources, "gpu_health"):
+        frame = sources.gpu_health(recent)
+    else:
+        raise TypeError(f"{type(sources).__name__} cannot read GPU health")
+    return _latest_per_unit(frame)
+
+
+# The simulated fleet draws all its telemetry at once (seconds for the demo): keep the few slices asked for.
+_SIMULATED_HEALTH: dict[tuple[int, datetime, datetime], tuple[SimulatedFleet, pd.DataFrame]] = {}
+_SIMULATED_HEALTH_LOCK = threading.Lock()
+
+
+def _simulated_health(fleet: SimulatedFleet, recent: Window) -> pd.DataFrame:
+    key = (id(fleet), recent.start, recent.end)
+    with _SIMULATED_HEALTH_LOCK:
+        hit = _SIMULATED_HEALTH.get(key)
+    if hit is not None and hit[0] is fleet:
+        return hit[1]
+    telemetry = fleet.telemetry()
+    rows = telemetry[(telemetry["timestamp"] >= recent.start) & (telemetry["timestamp"] < recent.end)]
+    profile = {(g.uuid, g.gpu_instance_id): g.mig_profile for g in fleet.gpus}
+    keys = zip(rows["uuid"], rows["gpu_instance_id"], strict=True)
+    rows = rows.assign(
+        gpu_index=rows["gpu_index"].astype("str"),
+        mig_profile=[profile.get(k, "") for k in keys],
+    ).reset_index(drop=True)
+    with _SIMULATED_HEALTH_LOCK:
+        _SIMULATED_HEALTH[key] = (fleet, rows)
+        while len(_SIMULATED_HEALTH) > 4:
+            _SIMULATED_HEALTH.pop(next(iter(_SIMULATED_HEALTH)))
+    return rows
+
+
+def _live_health(sources: LiveSources, recent: Window) -> pd.DataFrame:
+    state = sources.cluster_state()
+    exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
+    rows = sources.prometheus.gpu_samples(
+        recent, exporters=exporters, fields=[FIELD_BY_NAME[name] for name in HEALTH_FIELDS]
+    )
+    # One row per unit and sample: a time-sliced GPU has one row per pod carrying the same values.
+    return unit_rows(rows)
+
+
+def _latest_per_unit(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in HEALTH_COLUMNS})
+    frame = frame.sort_values("timestamp", kind="stable")
+    latest = frame.groupby(["node", "uuid", "gpu_instance_id"], as_index=False, sort=True).last()
+    for column in HEALTH_VALUES:
+        if column not in latest.columns:
+            latest[column] = np.nan
+    for column in ("gpu_index", "mig_profile"):
+        if column not in latest.columns:
+            latest[column] = ""
+        latest[column] = latest[column].fillna("").astype("str")
+    latest["ge"] = [mig_profile_slices(p) / 7 if p else 1.0 for p in latest["mig_profile"]]
+    return latest[list(HEALTH_COLUMNS)].reset_index(drop=True)
+
+
+def team_quotas(service: FleetService) -> pd.DataFrame:
+    """Per team, its namespaces' GPU ResourceQuotas now: hard and used GPU requests (resource units).
+
+    Columns: team, quota_gpus, used_gpus (sums over every GPU resource the quotas name: whole GPUs,
+    MIG instances and time-sliced replicas alike, as the API server counts them).
+    """
+    state = service.sources.cluster_state()
+    teams = namespace_teams(state, service.settings.teams)
+    rows = []
+    for quota in state.quotas:
+        for key, hard in quota.hard.items():
+            resource = key.removeprefix("requests.").removeprefix("limits.")
+            if key.startswith("limits.") or not resource.startswith("nvidia.com/"):
+                continue
+            rows.append(
+                {
+                    "team": teams.get(quota.namespace, quota.namespace),
+                    "quota_gpus": float(hard),
+                    "used_gpus": float(quota.used.get(key, 0.0)),
+                }
+            )
+    frame = pd.DataFrame(rows, columns=["team", "quota_gpus", "used_gpus"])
+    return frame.groupby("team", as_index=False).sum()

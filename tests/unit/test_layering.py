@@ -22,7 +22,8 @@ ALLOWED = {
     "history": BASE | {"sources", "series", "service"},
     "report": BASE | {"service", "history"},
     "exporter": BASE | {"service", "series"},
-    "ui": BASE | {"service"},
+    # ui shows the report's numbers (build_report) and prices series use; never sources or analytics.
+    "ui": BASE | {"service", "report", "series"},
     "cli": BASE | {"service", "history", "report", "exporter", "ui"},
     "__main__": {"cli"},
     "__init__": set(),

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.errors import DataError
-from gpuwatch.sources.simulated.fleet import SimulatedFleet, _sample_spans, build_demo_fleet
+from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.sources.simulated.fleet import SimulatedFleet, _sample_spans
 from gpuwatch.sources.simulated.openb import NODE_COLUMNS, POD_COLUMNS
 from gpuwatch.sources.simulated.trace import (
     QOS_ARCHETYPES,

@@ -468,6 +468,7 @@ def write_backfill(
     step_seconds: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     end_of_file: bool = True,
+    between: tuple[datetime, datetime] | None = None,
 ) -> int:
     """Write the fleet's DCGM series as Prometheus stores them, for promtool's OpenMetrics backfill.
 
@@ -483,6 +484,10 @@ def write_backfill(
     rows, XID, row-remap failure) the last one. Counters are declared `unknown`: OpenMetrics wants a
     counter's samples named `<name>_total`, and the stored name must stay the exporter's.
 
+    `between=(a, b)` writes only the samples whose interval starts in [a, b) (at the written step). It
+    lets a caller cut the history into one file per 2 h block: promtool before 2.44 has no
+    --max-block-duration and re-reads its whole input once per 2 h block it writes.
+
     Returns the number of samples written; `progress(done, total)` is called as samples are written.
     `end_of_file=False` leaves out the closing `# EOF`, for a caller that appends more families.
     """
@@ -492,19 +497,28 @@ def write_backfill(
     unknown = sorted(set(wanted) - set(FAMILY_NAMES))
     if unknown:
         raise DataError(f"unknown metric families {unknown} (known: {', '.join(FAMILY_NAMES)})")
-    grid = _build_grid(fleet, step_seconds)
+    # The fleet's own-step grid is remembered: a caller writing one file per block builds it once.
+    own_step = step_seconds in (None, fleet.window.step_seconds)
+    grid = _fine_grid(fleet) if own_step else _build_grid(fleet, step_seconds)
     stamps = _timestamps(grid)
+    first, stop = (0, grid.n_samples) if between is None else _sample_range(grid, *between)
     families = [(i, f) for i, f in enumerate(FAMILIES) if f.name in wanted]
-    total = sum(s.idx.size for i, _ in families for s in grid.series if grid.served[i][s.row])
+    selected = [_select(s.idx, first, stop) for s in grid.series]
+    total = sum(
+        idx.size
+        for i, _ in families
+        for s, idx in zip(grid.series, selected, strict=True)
+        if grid.served[i][s.row]
+    )
     done = 0
     for f_idx, family in families:
         out.write(f"# HELP {family.name} {family.help}\n")
         out.write(f"# TYPE {family.name} {'unknown' if family.kind == 'counter' else family.kind}\n")
         matrix = grid.values[family.name]
-        for s in grid.series:
-            if not grid.served[f_idx][s.row]:
+        for s, idx in zip(grid.series, selected, strict=True):
+            if not grid.served[f_idx][s.row] or not idx.size:
                 continue
-            values = matrix[s.row, s.idx]
+            values = matrix[s.row, idx]
             target = grid.target_of_row[s.row]
             if family.name == "DCGM_FI_DEV_XID_ERRORS":
                 parts: list[tuple[int | None, BoolArray]] = list(_xid_split(values))
@@ -515,14 +529,33 @@ def write_backfill(
                 prefix = f"{family.name}{_label_text(labels)} "
                 texts = _format_values(values[sel])
                 out.write(
-                    "".join([prefix + v + t for v, t in zip(texts, stamps[s.idx[sel]].tolist(), strict=True)])
+                    "".join([prefix + v + t for v, t in zip(texts, stamps[idx[sel]].tolist(), strict=True)])
                 )
-            done += s.idx.size
+            done += idx.size
             if progress is not None:
                 progress(done, total)
     if end_of_file:
         out.write("# EOF\n")
     return done
+
+
+def _sample_range(grid: _Grid, a: datetime, b: datetime) -> tuple[int, int]:
+    """[first, stop): the samples whose interval start t_i = start + i * step lies in [a, b)."""
+    if a.tzinfo is None or b.tzinfo is None:
+        raise DataError("between wants timezone-aware datetimes")
+    step_us = grid.step_seconds * 1_000_000
+    start = datetime.fromtimestamp(grid.start_epoch, UTC)
+
+    def ceil_index(t: datetime) -> int:
+        return -(-((t - start) // timedelta(microseconds=1)) // step_us)  # exact integer ceiling
+
+    return max(0, ceil_index(a)), min(grid.n_samples, max(0, ceil_index(b)))
+
+
+def _select(idx: IndexArray, first: int, stop: int) -> IndexArray:
+    """The part of an ascending index array inside [first, stop)."""
+    lo, hi = np.searchsorted(idx, [first, stop])
+    return idx[lo:hi]
 
 
 def _timestamps(grid: _Grid) -> npt.NDArray[np.object_]:

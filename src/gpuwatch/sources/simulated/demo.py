@@ -1,0 +1,494 @@
+"""The demo fleet of SPEC §5: its pools, teams and workload streams, and the scheduler that places them.
+
+build_demo_fleet() is the simulated fleet every demo, test and benchmark starts from; simulate() builds
+any fleet of PoolSpecs and Streams the same way.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from gpuwatch.model import (
+    MIG_SLICES_PER_GPU,
+    RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_MIG_PREFIX,
+    Gpu,
+    Namespace,
+    Node,
+    Pod,
+    TeamRules,
+    Window,
+    mig_profile_slices,
+    normalize_product,
+)
+from gpuwatch.sources.simulated.fleet import (
+    DRIVER_VERSION,
+    EXPORTER_NAMESPACE,
+    HealthEvent,
+    SimulatedFleet,
+    TelemetryGap,
+    _draw_utilization,
+    _exporter_pods,
+    _exporter_targets,
+    _quotas,
+    _uid,
+    gpu_uuid,
+)
+from gpuwatch.sources.simulated.scheduler import PoolSpec, Stream, _generate_requests, _schedule
+from gpuwatch.units import BYTES_PER_MIB
+
+# notebooks carries no team label: the demo config maps it explicitly (SPEC §4.1 example).
+DEMO_NAMESPACE_TEAMS: Mapping[str, str] = {"notebooks": "data-science"}
+
+
+DEMO_PRICES_USD_PER_GPU_HOUR: Mapping[str, float] = {
+    "NVIDIA-H100-80GB-HBM3": 4.0,
+    "NVIDIA-A100-SXM4-80GB": 2.5,
+    "NVIDIA-L4": 0.8,
+    "TESLA-T4": 0.35,
+}
+
+
+DEMO_POOLS: tuple[PoolSpec, ...] = (
+    PoolSpec(product="NVIDIA-H100-80GB-HBM3", nodes=4, gpus_per_node=8, memory_mib=81559, name_prefix="h100"),
+    PoolSpec(
+        product="NVIDIA-A100-SXM4-80GB",
+        nodes=2,
+        gpus_per_node=8,
+        memory_mib=81920,
+        name_prefix="a100-mig",
+        mig_layout=("3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"),
+        tdp_watts=400.0,
+    ),
+    PoolSpec(
+        product="NVIDIA-A100-SXM4-80GB",
+        nodes=2,
+        gpus_per_node=8,
+        memory_mib=81920,
+        name_prefix="a100",
+        tdp_watts=400.0,
+    ),
+    PoolSpec(
+        product="NVIDIA-L4", nodes=2, gpus_per_node=4, memory_mib=23034, name_prefix="l4", tdp_watts=72.0
+    ),
+    PoolSpec(
+        product="Tesla-T4",
+        nodes=2,
+        gpus_per_node=4,
+        memory_mib=15360,
+        name_prefix="t4",
+        replicas=4,
+        has_prof=False,
+        tdp_watts=70.0,
+    ),
+)
+
+
+DEMO_NAMESPACES: tuple[tuple[str, Mapping[str, str]], ...] = (
+    ("llm-research", {"team": "llm-research"}),
+    ("genai-apps", {"team": "genai"}),
+    ("vision", {"team": "vision"}),
+    ("speech", {"team": "speech"}),
+    ("recsys-prod", {"team": "recsys"}),
+    ("recsys-dev", {"team": "recsys"}),
+    ("search", {"team": "search"}),
+    ("shared-inference", {}),  # pods carry their own team label
+    ("notebooks", {}),  # mapped by config to data-science
+    ("bio-ml", {"team": "bio-ml"}),
+    ("robotics", {"team": "robotics"}),
+    ("fraud", {"team": "fraud"}),
+    ("platform", {"team": "platform"}),
+    ("batch-jobs", {}),  # no label, no mapping: the namespace is the team
+    (EXPORTER_NAMESPACE, {}),
+)
+
+
+_G, _S = RESOURCE_GPU, RESOURCE_GPU_SHARED
+
+
+DEMO_STREAMS: tuple[Stream, ...] = (
+    Stream(
+        namespace="llm-research",
+        archetype="training",
+        pool="h100",
+        resource=_G,
+        qty=8,
+        concurrency=1,
+        hours=(60, 120),
+    ),
+    Stream(
+        namespace="genai-apps",
+        archetype="training",
+        pool="h100",
+        resource=_G,
+        qty=4,
+        concurrency=2,
+        hours=(12, 36),
+    ),
+    Stream(
+        namespace="platform",
+        archetype="stuck",
+        pool="h100",
+        resource=_G,
+        qty=2,
+        concurrency=1,
+        hours=(48, 200),
+    ),
+    Stream(
+        namespace="fraud", archetype="batch", pool="h100", resource=_G, qty=1, concurrency=2, hours=(1, 3)
+    ),
+    Stream(
+        namespace="vision",
+        archetype="training",
+        pool="h100",
+        resource=_G,
+        qty=2,
+        concurrency=1,
+        hours=(6, 24),
+    ),
+    Stream(
+        namespace="shared-inference",
+        archetype="inference",
+        pool="a100-mig",
+        resource=f"{RESOURCE_MIG_PREFIX}1g.10gb",
+        qty=1,
+        concurrency=10,
+        hours=(24, 96),
+        team_label="search",
+    ),
+    Stream(
+        namespace="shared-inference",
+        archetype="inference",
+        pool="a100-mig",
+        resource=f"{RESOURCE_MIG_PREFIX}2g.20gb",
+        qty=1,
+        concurrency=7,
+        hours=(24, 96),
+        team_label="ads",
+    ),
+    Stream(
+        namespace="notebooks",
+        archetype="notebook",
+        pool="a100-mig",
+        resource=f"{RESOURCE_MIG_PREFIX}3g.40gb",
+        qty=1,
+        concurrency=10,
+        hours=(8, 72),
+    ),
+    Stream(
+        namespace="recsys-dev",
+        archetype="inference",
+        pool="a100-mig",
+        resource=f"{RESOURCE_MIG_PREFIX}1g.10gb",
+        qty=1,
+        concurrency=5,
+        hours=(4, 24),
+    ),
+    Stream(
+        namespace="bio-ml", archetype="batch", pool="a100", resource=_G, qty=2, concurrency=2, hours=(1, 6)
+    ),
+    Stream(
+        namespace="robotics",
+        archetype="notebook",
+        pool="a100",
+        resource=_G,
+        qty=1,
+        concurrency=2,
+        hours=(8, 48),
+    ),
+    Stream(
+        namespace="speech",
+        archetype="training",
+        pool="a100",
+        resource=_G,
+        qty=2,
+        concurrency=1,
+        hours=(12, 48),
+    ),
+    Stream(
+        namespace="search",
+        archetype="inference",
+        pool="l4",
+        resource=_G,
+        qty=1,
+        concurrency=3,
+        hours=(24, 96),
+    ),
+    Stream(
+        namespace="speech",
+        archetype="inference",
+        pool="l4",
+        resource=_G,
+        qty=1,
+        concurrency=2,
+        hours=(24, 96),
+    ),
+    Stream(
+        namespace="vision", archetype="batch", pool="l4", resource=_G, qty=1, concurrency=2, hours=(0.5, 2)
+    ),
+    Stream(
+        namespace="notebooks",
+        archetype="notebook",
+        pool="t4",
+        resource=_G,
+        qty=1,
+        concurrency=10,
+        hours=(8, 72),
+    ),
+    Stream(
+        namespace="batch-jobs",
+        archetype="batch",
+        pool="t4",
+        resource=_S,
+        qty=1,
+        concurrency=5,
+        hours=(0.5, 2),
+    ),
+    Stream(
+        namespace="recsys-prod",
+        archetype="inference",
+        pool="t4",
+        resource=_G,
+        qty=1,
+        concurrency=8,
+        hours=(24, 96),
+    ),
+)
+
+
+def build_demo_fleet(
+    *,
+    seed: int = 42,
+    end: datetime | None = None,
+    days: float = 7.0,
+    step_seconds: int = 60,
+    gpus: int | None = None,
+) -> SimulatedFleet:
+    """The SPEC §5 demo fleet: 80 GPUs in four pools and 13 teams, scaled to about `gpus` if given.
+
+    `end` defaults to the current hour (UTC); pass it explicitly for a reproducible fleet.
+    """
+    if end is None:
+        end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    window = Window(start=end - timedelta(days=days), end=end, step_seconds=step_seconds)
+    base_gpus = sum(p.nodes * p.gpus_per_node for p in DEMO_POOLS)
+    scale = 1.0 if gpus is None else gpus / base_gpus
+    pools = tuple(replace(p, nodes=max(1, round(p.nodes * scale))) for p in DEMO_POOLS)
+    streams = tuple(replace(s, concurrency=max(1, round(s.concurrency * scale))) for s in DEMO_STREAMS)
+    return simulate(seed=seed, window=window, pools=pools, streams=streams, namespaces=DEMO_NAMESPACES)
+
+
+def simulate(
+    *,
+    seed: int,
+    window: Window,
+    pools: Sequence[PoolSpec],
+    streams: Sequence[Stream],
+    namespaces: Sequence[tuple[str, Mapping[str, str]]],
+) -> SimulatedFleet:
+    """Build nodes and GPUs, generate pod arrivals per stream, schedule them, and draw telemetry."""
+    rng = np.random.default_rng(seed)
+    nodes, gpus, has_prof = _build_nodes(seed, pools)
+    nodes = _inject_node_faults(nodes, window)
+    pool_of_prefix = {p.name_prefix: p for p in pools}
+    requests = _generate_requests(rng, window, streams)
+    pods, allocations, archetypes = _schedule(seed, window, nodes, gpus, pool_of_prefix, requests)
+    pods += _pending_demo_pods(window, nodes)
+    targets = _exporter_targets(seed, nodes)
+    pods += _exporter_pods(window, targets)
+    gaps = _telemetry_gaps(window, nodes)
+    events = _health_events(window, nodes, gpus)
+    fleet = SimulatedFleet(
+        seed=seed,
+        window=window,
+        nodes=tuple(nodes),
+        gpus=tuple(gpus),
+        namespaces=tuple(Namespace(name=n, labels=dict(lbl)) for n, lbl in namespaces),
+        pods=tuple(pods),
+        allocations=tuple(allocations),
+        quotas=(),
+        targets=tuple(targets),
+        gaps=tuple(gaps),
+        events=tuple(events),
+        has_prof=has_prof,
+        archetypes=archetypes,
+        util_ratio=np.empty((0, 0)),
+        team_rules=TeamRules(namespaces=DEMO_NAMESPACE_TEAMS),
+        tdp_watts={p.product: p.tdp_watts for p in pools},
+    )
+    util = _draw_utilization(rng, fleet)
+    return replace(fleet, util_ratio=util, quotas=tuple(_quotas(fleet)))
+
+
+def _build_nodes(seed: int, pools: Sequence[PoolSpec]) -> tuple[list[Node], list[Gpu], dict[str, bool]]:
+    nodes: list[Node] = []
+    gpus: list[Gpu] = []
+    has_prof: dict[str, bool] = {}
+    for spec in pools:
+        for n in range(spec.nodes):
+            name = f"gpu-{spec.name_prefix}-{n:03d}"
+            labels = {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.count": str(spec.gpus_per_node),
+                "nvidia.com/gpu.memory": str(spec.memory_mib),
+                "nvidia.com/gpu.replicas": str(spec.replicas),
+                "nvidia.com/gpu.sharing-strategy": "time-slicing" if spec.replicas > 1 else "none",
+                "nvidia.com/mig.strategy": "mixed" if spec.mig_layout else "single",
+                "nvidia.com/cuda.driver.major": DRIVER_VERSION.split(".")[0],
+            }
+            product = spec.product
+            if spec.replicas > 1 and not spec.rename_shared and n % 2 == 0:
+                # renameByDefault=false: GFD appends -SHARED; the odd nodes use gpu.shared instead.
+                product = f"{spec.product}-SHARED"
+            labels["nvidia.com/gpu.product"] = product
+            capacity: dict[str, float]
+            if spec.mig_layout:
+                capacity = {RESOURCE_GPU: 0.0, f"{RESOURCE_MIG_PREFIX}7g.80gb": 0.0}  # stale zero resource
+                for profile in spec.mig_layout:
+                    key = f"{RESOURCE_MIG_PREFIX}{profile}"
+                    capacity[key] = capacity.get(key, 0.0) + spec.gpus_per_node
+                    labels[f"nvidia.com/mig-{profile}.count"] = str(int(capacity[key]))
+            elif spec.replicas > 1 and (spec.rename_shared or n % 2 == 1):
+                capacity = {RESOURCE_GPU: 0.0, RESOURCE_GPU_SHARED: float(spec.gpus_per_node * spec.replicas)}
+            else:
+                capacity = {RESOURCE_GPU: float(spec.gpus_per_node * spec.replicas)}
+            nodes.append(
+                Node(
+                    name=name,
+                    product=product,
+                    gpu_count=spec.gpus_per_node,
+                    gpu_memory_bytes=spec.memory_mib * BYTES_PER_MIB,
+                    capacity=capacity,
+                    allocatable=dict(capacity),
+                    replicas=spec.replicas,
+                    mig_strategy="mixed" if spec.mig_layout else "single",
+                    labels=labels,
+                )
+            )
+            for i in range(spec.gpus_per_node):
+                uuid = gpu_uuid(seed, name, i)
+                has_prof[uuid] = spec.has_prof
+                memory = spec.memory_mib * BYTES_PER_MIB
+                if spec.mig_layout:
+                    for k, profile in enumerate(spec.mig_layout):
+                        slices = mig_profile_slices(profile)
+                        gpus.append(
+                            Gpu(
+                                node=name,
+                                uuid=uuid,
+                                index=i,
+                                product=spec.product,
+                                memory_bytes=memory * slices / MIG_SLICES_PER_GPU,
+                                gpu_instance_id=str(_MIG_GI_IDS[k]),
+                                mig_profile=profile,
+                            )
+                        )
+                else:
+                    gpus.append(
+                        Gpu(
+                            node=name,
+                            uuid=uuid,
+                            index=i,
+                            product=spec.product,
+                            memory_bytes=memory,
+                            replicas=spec.replicas,
+                        )
+                    )
+    return nodes, gpus, has_prof
+
+
+# GPU instance ids as nvidia-smi assigns them for a 3g+2g+1g+1g cut on an A100.
+_MIG_GI_IDS = (2, 3, 9, 10)
+
+
+def _inject_node_faults(nodes: list[Node], window: Window) -> list[Node]:
+    """Cordon the last H100 node, take the last whole-A100 node NotReady, hide one GPU of an H100."""
+    out = list(nodes)
+    by_prefix: dict[str, list[int]] = {}
+    for i, n in enumerate(out):
+        by_prefix.setdefault(n.name.rsplit("-", 1)[0], []).append(i)
+    h100 = by_prefix.get("gpu-h100", [])
+    if len(h100) >= 3:
+        out[h100[-1]] = replace(out[h100[-1]], unschedulable=True)
+        sick = out[h100[-2]]
+        # The device plugin stopped advertising a GPU that fell off the bus (XID 79).
+        out[h100[-2]] = replace(sick, allocatable={RESOURCE_GPU: sick.capacity[RESOURCE_GPU] - 1})
+    a100 = by_prefix.get("gpu-a100", [])
+    if len(a100) >= 2:
+        out[a100[-1]] = replace(out[a100[-1]], ready=False)
+    return out
+
+
+def _pending_demo_pods(window: Window, nodes: Sequence[Node]) -> list[Pod]:
+    """Pods pending at `now`: an 8-GPU H100 job (blocked by holes) and a 4-GPU L4 job (capacity)."""
+    out = []
+    specs = [
+        ("llm-research", "pretrain-70b-0", "NVIDIA-H100-80GB-HBM3", 8, 5.0),
+        ("search", "reindex-embed-0", "NVIDIA-L4", 4, 1.5),
+    ]
+    products = {normalize_product(n.product) for n in nodes}
+    for ns, name, product, qty, hours in specs:
+        if product not in products:
+            continue
+        out.append(
+            Pod(
+                namespace=ns,
+                name=name,
+                uid=_uid(0, ns, name),
+                phase="Pending",
+                created_at=window.end - timedelta(hours=hours),
+                labels={"app": "pending"},
+                gpu_requests={RESOURCE_GPU: float(qty)},
+                node_selector_product=product,
+            )
+        )
+    return out
+
+
+def _telemetry_gaps(window: Window, nodes: Sequence[Node]) -> list[TelemetryGap]:
+    """NotReady nodes serve nothing; one L4 node's exporter is down for 2 h mid-window."""
+    gaps = [TelemetryGap(node=n.name, start=window.start, end=window.end) for n in nodes if not n.ready]
+    l4 = [n.name for n in nodes if n.name.startswith("gpu-l4-")]
+    if len(l4) >= 2:
+        mid = window.start + (window.end - window.start) / 2
+        gaps.append(TelemetryGap(node=l4[1], start=mid, end=mid + timedelta(hours=2)))
+    return gaps
+
+
+def _health_events(window: Window, nodes: Sequence[Node], gpus: Sequence[Gpu]) -> list[HealthEvent]:
+    """XID 79 on the hidden H100 GPU, app XID 13, a row-remap failure, and a GPU running hot."""
+    span = window.end - window.start
+    events = []
+    hidden = [n for n in nodes if n.allocatable.get(RESOURCE_GPU, 0) < n.capacity.get(RESOURCE_GPU, 0)]
+    whole = {n.name: [g for g in gpus if g.node == n.name and not g.mig_profile] for n in nodes}
+    if hidden:
+        g = whole[hidden[0].name][-1]
+        events.append(
+            HealthEvent(node=g.node, uuid=g.uuid, kind="xid", value=79, start=window.start + span * 0.1)
+        )
+    a100 = [n.name for n in nodes if n.name.startswith("gpu-a100-") and n.ready and len(whole[n.name]) > 1]
+    if a100:
+        g = whole[a100[0]][1]
+        events.append(
+            HealthEvent(node=g.node, uuid=g.uuid, kind="xid", value=13, start=window.start + span * 0.5)
+        )
+    h100 = [n.name for n in nodes if n.name.startswith("gpu-h100-")]
+    if len(h100) >= 2 and len(whole[h100[1]]) > 5:
+        g = whole[h100[1]][5]
+        events.append(
+            HealthEvent(
+                node=g.node, uuid=g.uuid, kind="row_remap_failure", value=1, start=window.start + span * 0.8
+            )
+        )
+    l4 = [n.name for n in nodes if n.name.startswith("gpu-l4-")]
+    if l4:
+        g = whole[l4[0]][0]
+        events.append(
+            HealthEvent(node=g.node, uuid=g.uuid, kind="hot", value=25.0, start=window.start + span * 0.6)
+        )
+    return events

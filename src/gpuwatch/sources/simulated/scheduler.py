@@ -1,0 +1,230 @@
+"""The scheduler of the simulated fleet: pod arrivals per workload stream, best-fit placement, FIFO waits."""
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+
+from gpuwatch.model import (
+    RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_MIG_PREFIX,
+    Allocation,
+    Gpu,
+    Node,
+    Pod,
+    Window,
+    ge_per_unit,
+)
+from gpuwatch.sources.simulated.fleet import _uid, stable_hex
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolSpec:
+    """How many nodes of one kind, and how their GPUs are offered to pods."""
+
+    product: str
+    nodes: int
+    gpus_per_node: int
+    memory_mib: int
+    name_prefix: str
+    mig_layout: tuple[str, ...] = ()  # MIG mixed strategy: the instances each GPU is cut into
+    replicas: int = 1  # time-slicing replicas per GPU
+    rename_shared: bool = False  # time-slicing renameByDefault: nvidia.com/gpu.shared
+    has_prof: bool = True  # DCGM_FI_PROF_* fields available
+    tdp_watts: float = 700.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stream:
+    """A team's recurring workload: its archetype, where it runs and how many run at once."""
+
+    namespace: str
+    archetype: str
+    pool: str  # name_prefix of the PoolSpec
+    resource: str
+    qty: int
+    concurrency: int
+    hours: tuple[float, float]  # duration range
+    team_label: str | None = None  # pod label `team` (pod-level team)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Request:
+    arrival: datetime
+    duration: timedelta
+    stream: Stream
+    name: str
+
+
+def _generate_requests(rng: np.random.Generator, window: Window, streams: Sequence[Stream]) -> list[_Request]:
+    """Arrivals per stream keep about `concurrency` pods alive; long-lived ones start before the window."""
+    requests: list[_Request] = []
+    for s_idx, stream in enumerate(streams):
+        lo, hi = stream.hours
+        for slot in range(stream.concurrency):
+            # Each slot is a chain of back-to-back pods with small gaps between them.
+            # Kubernetes timestamps have whole seconds, so every simulated time does too.
+            t = window.start - timedelta(seconds=round(float(rng.uniform(0, hi)) * 3600))
+            serial = 0
+            while t < window.end:
+                duration = timedelta(seconds=round(float(rng.uniform(lo, hi)) * 3600))
+                name = f"{stream.archetype}-{s_idx:02d}-{slot:02d}-{serial:03d}"
+                requests.append(_Request(arrival=t, duration=duration, stream=stream, name=name))
+                pause = timedelta(seconds=round(float(rng.exponential(max(lo * 0.1, 0.25))) * 3600))
+                t += duration + pause
+                serial += 1
+    requests.sort(key=lambda r: (r.arrival, r.name))
+    return requests
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One schedulable unit: a whole GPU, a MIG instance or a time-slice replica."""
+
+    node: str
+    uuid: str
+    gpu_instance_id: str
+    replica: str
+    resource: str
+    ge: float
+
+
+def _slots(nodes: Sequence[Node], gpus: Sequence[Gpu]) -> dict[str, list[_Slot]]:
+    """Free units per node, honouring allocatable (a hidden GPU offers nothing)."""
+    out: dict[str, list[_Slot]] = {}
+    for node in nodes:
+        node_gpus = [g for g in gpus if g.node == node.name]
+        slots: list[_Slot] = []
+        for g in node_gpus:
+            if g.mig_profile:
+                res = f"{RESOURCE_MIG_PREFIX}{g.mig_profile}"
+                slots.append(_Slot(node.name, g.uuid, g.gpu_instance_id, "", res, g.ge))
+            else:
+                res = RESOURCE_GPU if node.capacity.get(RESOURCE_GPU, 0) > 0 else RESOURCE_GPU_SHARED
+                for r in range(g.replicas):
+                    rep = str(r) if g.replicas > 1 else ""
+                    slots.append(_Slot(node.name, g.uuid, "", rep, res, ge_per_unit(res, g.replicas)))
+        per_res: dict[str, int] = {}
+        kept = []
+        for s in slots:
+            per_res[s.resource] = per_res.get(s.resource, 0) + 1
+            if per_res[s.resource] <= node.allocatable.get(s.resource, 0):
+                kept.append(s)
+        out[node.name] = kept
+    return out
+
+
+def _fits(stream: Stream, slot_resource: str) -> bool:
+    if stream.resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED) and slot_resource in (
+        RESOURCE_GPU,
+        RESOURCE_GPU_SHARED,
+    ):
+        return True  # a time-sliced pool offers either name depending on renameByDefault
+    return stream.resource == slot_resource
+
+
+def _schedule(
+    seed: int,
+    window: Window,
+    nodes: Sequence[Node],
+    gpus: Sequence[Gpu],
+    pools: Mapping[str, PoolSpec],
+    requests: Sequence[_Request],
+) -> tuple[list[Pod], list[Allocation], dict[str, str]]:
+    """Best-fit placement in arrival order; a pod that does not fit waits (FIFO) until units free up."""
+    free = _slots(nodes, gpus)
+    node_by_name = {n.name: n for n in nodes}
+    pool_nodes = {
+        prefix: [
+            n.name for n in nodes if n.name.startswith(f"gpu-{prefix}-") and n.ready and not n.unschedulable
+        ]
+        for prefix in pools
+    }
+    releases: list[tuple[datetime, int, str, list[_Slot]]] = []
+    waiting: list[_Request] = []
+    pods: list[Pod] = []
+    allocations: list[Allocation] = []
+    archetypes: dict[str, str] = {}
+    counter = 0
+
+    def try_place(req: _Request, now: datetime) -> bool:
+        nonlocal counter
+        best: tuple[int, str] | None = None
+        for name in pool_nodes.get(req.stream.pool, []):
+            avail = [s for s in free[name] if _fits(req.stream, s.resource)]
+            # Time-sliced pods take replicas of distinct GPUs when they ask for more than one.
+            if len(avail) >= req.stream.qty and (best is None or len(avail) < best[0]):
+                best = (len(avail), name)
+        if best is None:
+            return False
+        name = best[1]
+        avail = [s for s in free[name] if _fits(req.stream, s.resource)]
+        taken = avail[: req.stream.qty]
+        for s in taken:
+            free[name].remove(s)
+        end = now + req.duration
+        node = node_by_name[name]
+        pod_name = f"{req.name}-{stable_hex(seed, req.name, n=5)}"
+        resource = taken[0].resource
+        labels = {"app": req.stream.archetype, "gpuwatch.io/archetype": req.stream.archetype}
+        if req.stream.team_label:
+            labels["team"] = req.stream.team_label
+        finished = end if end <= window.end else None
+        pods.append(
+            Pod(
+                namespace=req.stream.namespace,
+                name=pod_name,
+                uid=_uid(seed, req.stream.namespace, pod_name),
+                phase="Running" if finished is None else "Succeeded",
+                created_at=req.arrival,
+                node=name,
+                started_at=now,
+                finished_at=finished,
+                labels=labels,
+                gpu_requests={resource: float(req.stream.qty)},
+                node_selector_product=node.labels["nvidia.com/gpu.product"],
+                container=req.stream.archetype,
+            )
+        )
+        archetypes[f"{req.stream.namespace}/{pod_name}"] = req.stream.archetype
+        for s in taken:
+            allocations.append(
+                Allocation(
+                    namespace=req.stream.namespace,
+                    pod=pod_name,
+                    node=name,
+                    uuid=s.uuid,
+                    gpu_instance_id=s.gpu_instance_id,
+                    replica=s.replica,
+                    resource=s.resource,
+                    ge=s.ge,
+                    start=now,
+                    end=finished,
+                )
+            )
+        counter += 1
+        heapq.heappush(releases, (end, counter, name, taken))
+        return True
+
+    def release_until(t: datetime) -> None:
+        while releases and releases[0][0] <= t:
+            when, _, name, taken = heapq.heappop(releases)
+            free[name].extend(taken)
+            retry_waiting(when)
+
+    def retry_waiting(now: datetime) -> None:
+        for req in list(waiting):
+            if now >= req.arrival + req.duration:
+                waiting.remove(req)  # gave up before it ever ran
+            elif try_place(req, now):
+                waiting.remove(req)
+
+    for req in requests:
+        release_until(req.arrival)
+        if not try_place(req, max(req.arrival, window.start - timedelta(days=30))):
+            waiting.append(req)
+    release_until(window.end)
+    return pods, allocations, archetypes
