@@ -452,6 +452,29 @@ def test_range_queries_are_chunked_under_the_points_limit(fake: Callable[..., Fa
     assert PrometheusSource(server.url, max_samples_per_query=12).chunk_points(3) == 4
 
 
+def test_range_queries_span_at_most_a_day_by_default(fake: Callable[..., FakePrometheus]) -> None:
+    def reply(request: dict[str, Any]) -> Reply:
+        if request["path"] == "/api/v1/query":
+            return ok(vector("3"))
+        return matrix_reply(request, "0.25")
+
+    server = fake(reply)
+    start = datetime(2026, 11, 19, tzinfo=UTC)
+    window = Window(start=start, end=start + timedelta(days=2, hours=1), step_seconds=300)
+    got = PrometheusSource(server.url).gpu_samples(window)
+    ranges = [r for r in server.requests if r["path"] == "/api/v1/query_range"]
+    first = start.timestamp() + 300
+    day = 86_400
+    assert [(float(r["start"]) - first, float(r["end"]) - first) for r in ranges] == [
+        (0, day - 300),
+        (day, 2 * day - 300),
+        (2 * day, 2 * day + 3300),
+    ]
+    assert len(got) == window.n_samples and (got["util_ratio"] == 0.25).all()
+    source = PrometheusSource(server.url, max_chunk_seconds=600)
+    assert source.chunk_points(3, step_seconds=60) == 10 and source.chunk_points(3) == 11_000
+
+
 def test_a_chunk_refused_for_too_many_samples_is_halved(fake: Callable[..., FakePrometheus]) -> None:
     def reply(request: dict[str, Any]) -> Reply:
         if request["path"] == "/api/v1/query":

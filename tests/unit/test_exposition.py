@@ -5,6 +5,7 @@ import re
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -341,6 +342,36 @@ def test_backfill_progress_reaches_the_total(fleet: SimulatedFleet) -> None:
     )
     assert calls[-1] == (n, n)
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_backfill_between_cuts_the_history_into_blocks(fleet: SimulatedFleet) -> None:
+    metrics = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS"]
+    n_all, whole = backfill(fleet, metrics=metrics, step_seconds=600)
+    start = fleet.window.start
+    # Blocks of 2 h starting 5 min before the hour, and an unaligned first cut from before the window.
+    cuts = [start - timedelta(days=1), *(start + timedelta(hours=2 * k, minutes=-5) for k in range(1, 12))]
+    cuts.append(fleet.window.end + timedelta(hours=1))
+    pieces = [backfill(fleet, metrics=metrics, step_seconds=600, between=(a, b)) for a, b in pairwise(cuts)]
+    assert sum(n for n, _ in pieces) == n_all
+    body = sorted(line for line in whole.splitlines() if not line.startswith("#"))
+    assert sorted(line for _, om in pieces for line in om.splitlines() if not line.startswith("#")) == body
+    for (a, b), (n, om) in zip(pairwise(cuts), pieces, strict=True):
+        assert om.endswith("# EOF\n")
+        samples = [s for f in parse_openmetrics(om) for s in f.samples]  # each piece is valid on its own
+        assert len(samples) == n > 0
+        # Sample i is written at t_i + 5 min; it belongs to the piece whose [a, b) holds t_i.
+        assert all(a.timestamp() <= float(s.timestamp) - 300 < b.timestamp() for s in samples)
+    # Interval starts exactly on the bounds: [a, b) keeps the sample at a, not the one at b.
+    at = start + timedelta(hours=1)
+    n, om = backfill(
+        fleet, metrics=["DCGM_FI_DEV_GPU_UTIL"], step_seconds=600, between=(at, at + timedelta(minutes=10))
+    )
+    stamps = {float(s.timestamp) for f in parse_openmetrics(om) for s in f.samples}
+    assert n > 0 and stamps == {at.timestamp() + 300}
+    n, om = backfill(fleet, metrics=["DCGM_FI_DEV_GPU_UTIL"], between=(at, at))
+    assert n == 0 and om.endswith("# EOF\n")
+    with pytest.raises(DataError, match="timezone"):
+        backfill(fleet, between=(datetime(2026, 11, 19), datetime(2026, 11, 20)))
 
 
 def _get(url: str) -> tuple[int, str, str]:

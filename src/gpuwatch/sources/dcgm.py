@@ -466,7 +466,7 @@ def gpu_rows(
 def series_rows(
     series: Sequence[Mapping[str, str]],
     series_index: "np.ndarray[Any, Any]",
-    timestamps: "np.ndarray[Any, Any]",
+    timestamps: "np.ndarray[Any, Any] | pd.DatetimeIndex",
     values: "np.ndarray[Any, Any] | Sequence[object]",
     *,
     exporters: ExporterPods = NO_EXPORTERS,
@@ -474,16 +474,37 @@ def series_rows(
 ) -> pd.DataFrame:
     """`gpu_rows` on a series table: point k is (series[series_index[k]], timestamps[k], values[k]).
 
-    Labels are resolved once per series, not per point (a month of per-GPU points is millions of rows).
+    Labels are resolved once per series, not per point (a month of per-GPU points is millions of rows):
+    points carry integer codes of their series' unit, workload, field and split, and every step below
+    (MIG parents, copies, split parts, the pivot, the source choice, the sort) works on those codes.
+    `timestamps` is best a DatetimeIndex (an object array of Timestamps is converted point by point).
     """
     problem = on_problem or (lambda _message: None)
-    long = _resolve(series, np.asarray(series_index, dtype=np.intp), timestamps, values, exporters, problem)
-    if long.empty:
+    index = np.asarray(series_index, dtype=np.intp)
+    table = _series_table(series, exporters, problem)
+    if table is None:
         return _empty_rows()
-    return _choose_util(_pivot(drop_mig_parents(long)))
+    row_ok = table.keep[index]
+    times = _times(timestamps, row_ok)
+    if times.hasnans:  # a sample without a time is unusable (groupby dropped it before, silently too)
+        missing = np.asarray(times.isna(), dtype=bool)
+        row_ok[np.flatnonzero(row_ok)[missing]] = False
+        times = times[~missing]
+    sel = index[row_ok]
+    points = _Points(
+        table=table,
+        series=sel,
+        times=times,
+        moment=pd.factorize(times.asi8)[0].astype(np.intp),
+        values=_values(values, row_ok) * table.mul[sel] / table.div[sel],
+    )
+    if not points.series.size:
+        return _empty_rows()
+    return _choose_util(_pivot(_drop_mig_parents(points)))
 
 
 _ORDER: Final = ("timestamp", *UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS, "util_ratio", "util_source")
+IntArray = npt.NDArray[np.intp]
 
 
 def _empty_rows() -> pd.DataFrame:
@@ -493,15 +514,51 @@ def _empty_rows() -> pd.DataFrame:
     return out[list(_ORDER)]
 
 
-def _resolve(
-    series: Sequence[Mapping[str, str]],
-    index: "np.ndarray[Any, np.dtype[np.intp]]",
-    timestamps: "np.ndarray[Any, Any]",
-    values: "np.ndarray[Any, Any] | Sequence[object]",
-    exporters: ExporterPods,
-    problem: Problem,
-) -> pd.DataFrame:
-    """Points -> (row key, field, split, base value), labels resolved once per series."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _SeriesTable:
+    """Per input series: kept or not, unit conversion, and integer codes of what it resolved to."""
+
+    keep: npt.NDArray[np.bool_]
+    mul: FloatArray
+    div: FloatArray
+    unit: IntArray  # (node, uuid, gpu_instance_id) -> units[code]
+    key: IntArray  # unit and workload: the row key without the timestamp -> keys[code]
+    gpu: IntArray  # (node, uuid): a physical GPU, for MIG parents
+    field: IntArray  # -> fields[code]
+    split: IntArray  # -> splits[code]
+    is_instance: npt.NDArray[np.bool_]  # has a GPU_I_ID
+    ids: tuple[tuple[str, ...], ...]  # per series: its ID_COLUMNS values
+    units: tuple[tuple[str, str, str], ...]
+    keys: tuple[tuple[str, ...], ...]  # UNIT_KEY + WORKLOAD_COLUMNS values
+    fields: tuple[str, ...]
+    n_gpus: int
+    n_splits: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Points:
+    """The kept points: their series, timestamp (and its code: equal times, equal codes), base value."""
+
+    table: _SeriesTable
+    series: IntArray
+    times: pd.DatetimeIndex
+    moment: IntArray
+    values: FloatArray
+
+    def take(self, mask: npt.NDArray[np.bool_]) -> "_Points":
+        return _Points(
+            table=self.table,
+            series=self.series[mask],
+            times=self.times[mask],
+            moment=self.moment[mask],
+            values=self.values[mask],
+        )
+
+
+def _series_table(
+    series: Sequence[Mapping[str, str]], exporters: ExporterPods, problem: Problem
+) -> _SeriesTable | None:
+    """Resolve every series once; warn about those skipped; None when none is kept."""
     resolved = [_resolve_series(labels, exporters) for labels in series]
     unknown = sorted(
         {
@@ -520,16 +577,217 @@ def _resolve(
         problem(f"{no_node} DCGM series name no node (an exporter pod gpuwatch cannot place)")
     keep = np.array([r is not None and bool(r[0]["uuid"]) for r in resolved], dtype=bool)
     if not keep.any():
-        return pd.DataFrame()
-    table = pd.DataFrame([r[0] if r is not None else dict.fromkeys(_SERIES_COLUMNS, "") for r in resolved])
-    mul = np.array([r[1] if r is not None else math.nan for r in resolved])
-    div = np.array([r[2] if r is not None else math.nan for r in resolved])
-    row_ok = keep[index]
-    sel = index[row_ok]
-    out: pd.DataFrame = table.iloc[sel].reset_index(drop=True)
-    out.insert(0, "timestamp", pd.to_datetime(np.asarray(timestamps)[row_ok], utc=True))
-    out["value"] = to_float(np.asarray(values, dtype=object)[row_ok]) * mul[sel] / div[sel]
+        return None
+    codes: dict[str, dict[Any, int]] = {name: {} for name in ("unit", "key", "gpu", "field", "split")}
+    columns: dict[str, list[int]] = {name: [] for name in codes}
+    blank = dict.fromkeys(_SERIES_COLUMNS, "")
+    ids = []
+    for r in resolved:
+        c = r[0] if r is not None else blank
+        unit = (c["node"], c["uuid"], c["gpu_instance_id"])
+        for name, value in (
+            ("unit", unit),
+            ("key", (*unit, c["namespace"], c["pod"], c["container"])),
+            ("gpu", unit[:2]),
+            ("field", c["field"]),
+            ("split", c["split"]),
+        ):
+            columns[name].append(codes[name].setdefault(value, len(codes[name])))
+        ids.append(tuple(c[k] for k in ID_COLUMNS))
+    arrays = {name: np.array(column, dtype=np.intp) for name, column in columns.items()}
+    return _SeriesTable(
+        keep=keep,
+        mul=np.array([r[1] if r is not None else math.nan for r in resolved]),
+        div=np.array([r[2] if r is not None else math.nan for r in resolved]),
+        unit=arrays["unit"],
+        key=arrays["key"],
+        gpu=arrays["gpu"],
+        field=arrays["field"],
+        split=arrays["split"],
+        is_instance=np.array([r is not None and r[0]["gpu_instance_id"] != "" for r in resolved]),
+        ids=tuple(ids),
+        units=tuple(codes["unit"]),
+        keys=tuple(codes["key"]),
+        fields=tuple(codes["field"]),
+        n_gpus=len(codes["gpu"]),
+        n_splits=len(codes["split"]),
+    )
+
+
+def _times(
+    timestamps: "np.ndarray[Any, Any] | pd.DatetimeIndex", row_ok: npt.NDArray[np.bool_]
+) -> pd.DatetimeIndex:
+    if isinstance(timestamps, pd.DatetimeIndex) and timestamps.tz is not None:
+        return timestamps[row_ok].tz_convert("UTC")
+    return pd.DatetimeIndex(pd.to_datetime(np.asarray(timestamps)[row_ok], utc=True))
+
+
+def _values(values: "np.ndarray[Any, Any] | Sequence[object]", row_ok: npt.NDArray[np.bool_]) -> FloatArray:
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        return to_float(values[row_ok])
+    return to_float(np.asarray(values, dtype=object)[row_ok])
+
+
+def _group(*parts: tuple[IntArray, int]) -> tuple[IntArray, int]:
+    """Dense group codes of the rows' (code, code, ...) tuples, numbered in order of first appearance."""
+    combined = np.zeros(len(parts[0][0]), dtype=np.int64)
+    size = 1
+    for codes, n in parts:
+        if size * max(n, 1) >= 2**62:
+            combined, uniques = pd.factorize(combined)
+            size = len(uniques)
+        combined = combined * max(n, 1) + codes
+        size *= max(n, 1)
+    dense, uniques = pd.factorize(combined)
+    return dense.astype(np.intp), len(uniques)
+
+
+def _first_rows(groups: IntArray, n: int) -> IntArray:
+    """The first row of each group 0..n-1 (groups numbered in order of first appearance)."""
+    # Numbered in order of first appearance: a group's first row is where the running maximum grows.
+    new = np.ones(len(groups), dtype=bool)
+    running = np.maximum.accumulate(groups)
+    new[1:] = running[1:] > running[:-1]
+    first = np.flatnonzero(new)
+    if len(first) != n:
+        raise AssertionError("group codes are not numbered in order of first appearance")
+    return first
+
+
+def _drop_mig_parents(points: _Points) -> _Points:
+    """Drop whole-GPU points (no GPU_I_ID) of a GPU whose MIG instances report at the same time.
+
+    Under MIG the exporter can serve the parent GPU next to its instances; the parent's utilization
+    aggregates the instances', so keeping both would count the GPU twice.
+    """
+    instance = points.table.is_instance[points.series]
+    if not instance.any() or instance.all():
+        return points
+    at = points.moment.astype(np.int64) * points.table.n_gpus + points.table.gpu[points.series]
+    parent = ~instance & np.isin(at, np.unique(at[instance]))
+    return points.take(~parent) if parent.any() else points
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Wide:
+    """One row per (timestamp, unit, workload): a representative point, the key, one value per field."""
+
+    points: _Points
+    row_point: IntArray  # a point of each row (for its timestamp)
+    row_key: IntArray
+    row_unit: IntArray
+    values: dict[str, FloatArray]  # field name -> value per row
+    ids: dict[str, list[str]]  # ID column -> value per unit
+
+
+def _pivot(points: _Points) -> _Wide:
+    """Average copies (vgpu, duplicate scrapes) per key, sum `split` parts, one column per field."""
+    t = points.table
+    moment = points.moment
+    n_moments = int(moment.max()) + 1
+    key, field, split = t.key[points.series], t.field[points.series], t.split[points.series]
+    n_keys, n_fields = len(t.keys), len(t.fields)
+    # pandas' groupby sums (compensated) in row order, as the frame-based version did: same floats.
+    copy, n_copies = _group((moment, n_moments), (key, n_keys), (field, n_fields), (split, t.n_splits))
+    first = _first_rows(copy, n_copies)
+    if n_copies == len(copy):
+        value = points.values
+    else:
+        value = np.asarray(pd.Series(points.values).groupby(copy, sort=True).mean(), dtype=np.float64)
+    if t.n_splits > 1:  # else every (timestamp, key, field) has a single part
+        part, n_parts = _group((moment[first], n_moments), (key[first], n_keys), (field[first], n_fields))
+        if n_parts != len(part):
+            value = np.asarray(pd.Series(value).groupby(part, sort=True).sum(min_count=1), dtype=np.float64)
+            first = first[_first_rows(part, n_parts)]
+    row, n_rows = _group((moment[first], n_moments), (key[first], n_keys))
+    row_first = first[_first_rows(row, n_rows)]
+    values = {}
+    entry_field = field[first]
+    for code in np.unique(entry_field):
+        column = np.full(n_rows, np.nan)
+        mine = entry_field == code
+        column[row[mine]] = value[mine]
+        values[t.fields[code]] = column
+    return _Wide(
+        points=points,
+        row_point=row_first,
+        row_key=key[row_first],
+        row_unit=t.unit[points.series[row_first]],
+        values=values,
+        ids=_unit_ids(points),
+    )
+
+
+def _unit_ids(points: _Points) -> dict[str, list[str]]:
+    """Identity columns are constant per unit; a label present on some series only (modelName) must not
+    split rows, so take each unit's first non-empty value (in point order)."""
+    t = points.table
+    present, first_point = np.unique(points.series, return_index=True)
+    out = {column: [""] * len(t.units) for column in ID_COLUMNS}
+    done: dict[str, set[int]] = {column: set() for column in ID_COLUMNS}
+    for s in present[np.argsort(first_point, kind="stable")].tolist():
+        unit = int(t.unit[s])
+        for column, value in zip(ID_COLUMNS, t.ids[s], strict=True):
+            if value and unit not in done[column]:
+                out[column][unit] = value
+                done[column].add(unit)
     return out
+
+
+def _choose_util(wide: _Wide) -> pd.DataFrame:
+    """util_ratio per unit: PROF when the unit reports it anywhere in the frame, else GPU_UTIL (SPEC §2)."""
+    n_rows = len(wide.row_key)
+    prof = wide.values.get(PROF_GR_ENGINE_ACTIVE.name)
+    dev = wide.values.get(DEV_GPU_UTIL.name)
+    unit = wide.row_unit
+    n_units = len(wide.points.table.units)
+
+    def reports(column: FloatArray | None) -> npt.NDArray[np.bool_]:
+        out = np.zeros(n_units, dtype=bool)
+        if column is not None:
+            np.logical_or.at(out, unit, ~np.isnan(column))
+        return out
+
+    has_prof, has_dev = reports(prof), reports(dev)
+    use_prof = has_prof[unit]
+    use_dev = ~has_prof[unit] & has_dev[unit]
+    prof_values = prof if prof is not None else np.full(n_rows, np.nan)
+    dev_values = dev if dev is not None else np.full(n_rows, np.nan)
+    util = np.where(use_prof, prof_values, np.where(use_dev, dev_values, np.nan))
+    source = np.where(use_prof, 1, np.where(use_dev, 2, 0))
+    # A unit on PROF has no row where only GPU_UTIL reported: that sample is unknown, not a mixed source.
+    only_dev_rows = use_prof & np.isnan(prof_values) & ~np.isnan(dev_values)
+    others = {
+        f: v for f, v in wide.values.items() if f not in (PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name)
+    }
+    for column in others.values():
+        only_dev_rows &= np.isnan(column)
+    keep = np.flatnonzero(~only_dev_rows)
+    # Sort by ROW_KEY: the timestamp, then the key's strings (ranked once per key).
+    keys = wide.points.table.keys
+    rank = np.empty(len(keys), dtype=np.intp)
+    rank[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
+    stamp = wide.points.times[wide.row_point[keep]].asi8
+    keep = keep[np.lexsort((rank[wide.row_key[keep]], stamp))]
+    key, unit = wide.row_key[keep], wide.row_unit[keep]
+    columns: dict[str, Any] = {"timestamp": wide.points.times[wide.row_point[keep]]}
+    for i, name in enumerate((*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS)):
+        if name in ID_COLUMNS:
+            columns[name] = _strings(wide.ids[name], unit)
+        else:
+            position = i if i < len(UNIT_KEY) else i - len(ID_COLUMNS)
+            columns[name] = _strings([k[position] for k in keys], key)
+    columns["util_ratio"] = util[keep]
+    columns["util_source"] = _strings(["", PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name], source[keep])
+    by_column = {FIELD_BY_NAME[f].column: v for f, v in others.items()}
+    for name in sorted(by_column):
+        columns[name] = by_column[name][keep]
+    return pd.DataFrame(columns)
+
+
+def _strings(table: Sequence[str], codes: IntArray) -> "pd.Series[str]":
+    """table[codes] as a str column, built by one take on the small table."""
+    return pd.Series(pd.array(list(table), dtype="str").take(codes))
 
 
 _SERIES_COLUMNS: Final = (*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS, "field", "split")
@@ -569,76 +827,6 @@ def _resolve_series(
         mul,
         div,
     )
-
-
-def drop_mig_parents(frame: pd.DataFrame) -> pd.DataFrame:
-    """Drop whole-GPU rows (no gpu_instance_id) of a GPU whose MIG instances report at the same time.
-
-    Under MIG the exporter can serve the parent GPU next to its instances; the parent's utilization
-    aggregates the instances', so keeping both would count the GPU twice.
-    """
-    if frame.empty:
-        return frame
-    has_instance = frame["gpu_instance_id"] != ""
-    with_instances = frame.loc[has_instance, ["timestamp", "node", "uuid"]].drop_duplicates()
-    if with_instances.empty:
-        return frame
-    marked = frame.merge(with_instances.assign(_mig=True), on=["timestamp", "node", "uuid"], how="left")
-    parent = (~has_instance.to_numpy()) & marked["_mig"].fillna(False).astype(bool).to_numpy()
-    return frame.loc[~parent].reset_index(drop=True)
-
-
-def _pivot(long: pd.DataFrame) -> pd.DataFrame:
-    """Average copies (vgpu, duplicate scrapes) per key, sum `split` parts, one column per field."""
-    key = [*ROW_KEY, "field"]
-    copies = long.groupby([*key, "split"], sort=False)["value"].mean()
-    summed = copies.groupby(level=key, sort=False).sum(min_count=1)
-    # Not pivot_table: it drops all-NaN rows, and NaN (unknown) is a value here.
-    wide = summed.unstack("field")  # noqa: PD010
-    wide.columns = [str(c) for c in wide.columns]
-    # Identity columns are constant per unit; a label present on some series only (modelName) must not
-    # split rows, so take each unit's first non-empty value.
-    ids = long[list(ID_COLUMNS)].replace("", np.nan).groupby([long[c] for c in UNIT_KEY], sort=False).first()
-    return wide.reset_index().merge(ids.fillna("").reset_index(), on=list(UNIT_KEY), how="left")
-
-
-def _choose_util(wide: pd.DataFrame) -> pd.DataFrame:
-    """util_ratio per unit: PROF when the unit reports it anywhere in the frame, else GPU_UTIL (SPEC §2)."""
-    prof = wide.get(PROF_GR_ENGINE_ACTIVE.name)
-    dev = wide.get(DEV_GPU_UTIL.name)
-    unit = wide.groupby(list(UNIT_KEY), sort=False).ngroup().to_numpy()
-    n_units = int(unit.max()) + 1 if len(unit) else 0
-
-    def reports(column: "pd.Series[float] | None") -> "np.ndarray[tuple[int], np.dtype[np.bool_]]":
-        out = np.zeros(n_units, dtype=bool)
-        if column is not None:
-            np.logical_or.at(out, unit, column.notna().to_numpy())
-        return out
-
-    has_prof, has_dev = reports(prof), reports(dev)
-    use_prof = has_prof[unit]
-    use_dev = ~has_prof[unit] & has_dev[unit]
-    prof_values = prof.to_numpy(dtype=np.float64) if prof is not None else np.full(len(wide), np.nan)
-    dev_values = dev.to_numpy(dtype=np.float64) if dev is not None else np.full(len(wide), np.nan)
-    util = np.where(use_prof, prof_values, np.where(use_dev, dev_values, np.nan))
-    out = wide.drop(columns=[c for c in (PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name) if c in wide])
-    out["util_ratio"] = util
-    out["util_source"] = np.where(
-        use_prof, PROF_GR_ENGINE_ACTIVE.name, np.where(use_dev, DEV_GPU_UTIL.name, "")
-    )
-    # A unit on PROF has no row where only GPU_UTIL reported: that sample is unknown, not a mixed source.
-    only_dev_rows = use_prof & np.isnan(prof_values) & ~np.isnan(dev_values)
-    other = [c for c in out.columns if c in FIELD_BY_NAME]
-    if other:
-        only_dev_rows &= out[other].isna().all(axis=1).to_numpy()
-    out = out.loc[~only_dev_rows]
-    out = out.rename(columns={f.name: f.column for f in FIELDS if f.name in out.columns})
-    extra = sorted(c for c in out.columns if c not in _ORDER)
-    ordered: pd.DataFrame = out[[*_ORDER, *extra]]
-    out = ordered.sort_values(list(ROW_KEY), kind="stable").reset_index(drop=True)
-    for column in (*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS, "util_source"):
-        out[column] = out[column].astype("str")
-    return out
 
 
 def unit_rows(rows: pd.DataFrame) -> pd.DataFrame:

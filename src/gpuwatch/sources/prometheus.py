@@ -42,6 +42,11 @@ from gpuwatch.sources.dcgm import (
 T = TypeVar("T")
 RETRY_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 MAX_SAMPLES_PER_QUERY: Final = 50_000_000  # Prometheus' default --query.max-samples
+# A range query spans at most a day, as Thanos' and Mimir's query frontends split them. Prometheus
+# evaluates a query's operators step by step over every series the whole span selects, so with pod
+# churn one long query costs more than its days apart: 7 days of 1,000 GPUs at 5 min in one query
+# outlived the default 2 min --query.timeout (benchmarks/collect.py); a day at a time takes ~1/7 each.
+MAX_CHUNK_SECONDS: Final = 86_400.0
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
 
 
@@ -154,6 +159,7 @@ class PrometheusSource:
         max_backoff_seconds: float = 10.0,
         max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
         max_points_per_series: int = MAX_POINTS_PER_SERIES,
+        max_chunk_seconds: float = MAX_CHUNK_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not url:
@@ -162,6 +168,8 @@ class PrometheusSource:
             raise ConfigError("configure either a bearer token file or basic auth for Prometheus, not both")
         if max_attempts < 1 or max_points_per_series < 1 or max_samples_per_query < 1:
             raise ConfigError("max_attempts, max_points_per_series and max_samples_per_query must be >= 1")
+        if not max_chunk_seconds > 0:
+            raise ConfigError(f"max_chunk_seconds must be positive, got {max_chunk_seconds}")
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self.max_attempts = max_attempts
@@ -169,6 +177,7 @@ class PrometheusSource:
         self.max_backoff_seconds = max_backoff_seconds
         self.max_samples_per_query = max_samples_per_query
         self.max_points_per_series = max_points_per_series
+        self.max_chunk_seconds = max_chunk_seconds
         self._sleep = sleep
         self._lock = threading.Lock()
         self._warnings: list[str] = []
@@ -293,21 +302,23 @@ class PrometheusSource:
     def range_points(
         self, query: str, *, first: datetime, n: int, step_seconds: int, series_estimate: int = 0
     ) -> Points:
-        """Evaluate at first + k*step for k < n, in chunks of at most max_points_per_series points and
-        (with `series_estimate` series) max_samples_per_query samples; a chunk Prometheus still refuses for
-        too many samples is halved."""
+        """Evaluate at first + k*step for k < n, in chunks of at most max_points_per_series points,
+        max_chunk_seconds and (with `series_estimate` series) max_samples_per_query samples; a chunk
+        Prometheus still refuses for too many samples is halved."""
         if step_seconds <= 0:
             raise ConfigError(f"step must be positive, got {step_seconds}s")
-        per_chunk = self.chunk_points(series_estimate)
+        per_chunk = self.chunk_points(series_estimate, step_seconds=step_seconds)
         parts = []
         for a in range(0, max(n, 0), per_chunk):
             parts.append(self._range_chunk(query, first, a, min(n, a + per_chunk), step_seconds))
         return Points.concat(parts)
 
-    def chunk_points(self, series_estimate: int) -> int:
-        """Evaluation points per range-query chunk: under 11,000 per series and the samples limit."""
+    def chunk_points(self, series_estimate: int, *, step_seconds: int | None = None) -> int:
+        """Evaluation points per range-query chunk: under 11,000 per series and the samples limit, and
+        (given the step) spanning at most max_chunk_seconds."""
         by_samples = self.max_samples_per_query // max(1, series_estimate)
-        return max(1, min(self.max_points_per_series, by_samples))
+        by_span = int(self.max_chunk_seconds // step_seconds) if step_seconds else self.max_points_per_series
+        return max(1, min(self.max_points_per_series, by_samples, by_span))
 
     def _range_chunk(self, query: str, first: datetime, a: int, b: int, step: int) -> Points:
         start = first + timedelta(seconds=a * step)
@@ -376,7 +387,7 @@ class PrometheusSource:
         rows = series_rows(
             points.series,
             points.index,
-            pd.to_datetime(points.timestamps - step * 1000, unit="ms", utc=True).to_numpy(),
+            pd.to_datetime(points.timestamps - step * 1000, unit="ms", utc=True),
             points.values,
             exporters=exporters,
             on_problem=self._warn,
@@ -456,27 +467,30 @@ def _layout(labels: Mapping[str, str]) -> str:
 
 
 def _parse(result: Any, *, instant: bool) -> Points:
-    """prometheus data.result (vector or matrix) -> Points; raises TypeError/KeyError when malformed."""
+    """prometheus data.result (vector or matrix) -> Points; raises TypeError/KeyError when malformed.
+
+    Points of all series are converted together (a week of a fleet is millions of [time, "value"] pairs).
+    """
     if not isinstance(result, list):
         raise TypeError(f"expected a vector or matrix result, got {type(result).__name__}")
     series: list[dict[str, str]] = []
-    index, stamps, values = [], [], []
-    for k, item in enumerate(result):
+    pairs: list[list[Any]] = []
+    for item in result:
         labels = item["metric"]
-        pairs = [item["value"]] if instant else item["values"]
-        arr = np.asarray(pairs, dtype=object).reshape(-1, 2)
+        found = [item["value"]] if instant else item["values"]
+        if not isinstance(found, list):
+            raise TypeError(f"expected a list of [time, value] pairs, got {type(found).__name__}")
         series.append({str(a): str(b) for a, b in labels.items()})
-        index.append(np.full(len(arr), k, dtype=np.intp))
-        seconds = np.asarray(arr[:, 0], dtype=np.float64)
-        stamps.append(np.round(seconds * 1000.0).astype(np.int64))
-        values.append(to_float(arr[:, 1]))
+        pairs.append(found)
     if not series:
         return Points.empty()
+    seconds = np.array([p[0] for found in pairs for p in found], dtype=np.float64)
+    values = to_float(np.array([p[1] for found in pairs for p in found], dtype=object))
     return Points(
         series=tuple(series),
-        index=np.concatenate(index),
-        timestamps=np.concatenate(stamps),
-        values=np.concatenate(values),
+        index=np.repeat(np.arange(len(series), dtype=np.intp), [len(found) for found in pairs]),
+        timestamps=np.round(seconds * 1000.0).astype(np.int64),
+        values=values,
     )
 
 
