@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--demo", action="store_true", help="serve the simulated fleet")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8050)
+    serve.add_argument(
+        "--auth-file",
+        metavar="PATH",
+        help="require HTTP basic auth on every route; PATH holds `user:password` lines",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     report = sub.add_parser("report", parents=[common], help="the GPU-hour ledger report for a window")
@@ -192,9 +197,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from gpuwatch.ui import create_app
 
     service = _service(args)
+    app = create_app(service, auth_file=args.auth_file)
     what = "the simulated fleet" if args.demo else service.settings.prometheus.url
     print(f"gpuwatch: serving {what} on http://{args.host}:{args.port}/", file=sys.stderr)
-    create_app(service).run(host=args.host, port=args.port, debug=False)
+    app.run(host=args.host, port=args.port, debug=False)
     return EXIT_OK
 
 

@@ -29,13 +29,19 @@ def chromium_path() -> str:
 
 
 @contextmanager
-def browser_page(width: int = 1440, height: int = 900) -> Iterator[tuple[Page, list[str]]]:
+def browser_page(
+    width: int = 1440, height: int = 900, *, http_credentials: dict[str, str] | None = None
+) -> Iterator[tuple[Page, list[str]]]:
     """A fresh page and the list its console errors and page errors are appended to."""
     errors: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_FLAGS)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
+            page = browser.new_page(
+                viewport={"width": width, "height": height},
+                accept_downloads=True,
+                http_credentials=http_credentials,  # type: ignore[arg-type]  # a TypedDict
+            )
             page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             yield page, errors
@@ -48,3 +54,30 @@ def screenshot(page: Page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def settle(page: Page, timeout_ms: int = 120_000) -> None:
+    """Wait until Dash has no callback in flight (nothing marked loading) and the page has painted."""
+    page.wait_for_function(
+        "() => window.dash_clientside !== undefined"
+        " && !document.querySelector('[data-dash-is-loading=\"true\"]')",
+        timeout=timeout_ms,
+    )
+    page.wait_for_timeout(400)
+
+
+def table_rows(page: Page, name: str) -> list[dict[str, str]]:
+    """The rendered cells of the UI table `name` (its download name), one dict per row keyed by column."""
+    rows: list[dict[str, str]] = page.eval_on_selector_all(
+        f"#table-{name} tbody tr",
+        "rows => rows.map(r => Object.fromEntries("
+        "Array.from(r.querySelectorAll('td')).map(td => [td.dataset.col, td.innerText.trim()])))",
+    )
+    return rows
+
+
+def wait_for_location(page: Page, path_and_query: str, timeout_ms: int = 60_000) -> None:
+    """Wait until the address bar shows `path_and_query` (Dash changes it with pushState, no navigation)."""
+    page.wait_for_function(
+        "want => location.pathname + location.search === want", arg=path_and_query, timeout=timeout_ms
+    )

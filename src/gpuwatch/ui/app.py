@@ -1,18 +1,41 @@
-"""create_app(): the Dash application, its shell (header, navigation) and its FleetService."""
+"""create_app(): the Dash application, its shell (navigation, global filters in the URL) and its data."""
 
+import hashlib
+import hmac
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import dash
 import flask
-from dash import Dash, dcc, html
+from dash import ALL, Dash, Input, Output, State, callback, ctx, dcc, html, no_update
 
-from gpuwatch.service import FleetService
+from gpuwatch.errors import ConfigError
+from gpuwatch.service import FleetService, SimulatedSources
+from gpuwatch.ui import ids
+from gpuwatch.ui.components import STORE_KEY, current_store, load
+from gpuwatch.ui.data import ViewStore
+from gpuwatch.ui.downloads import register_download_callback
+from gpuwatch.ui.filters import CUSTOM, PRESETS, Filters, format_time, from_controls, parse_query, to_query
 
 SERVICE_KEY = "GPUWATCH_SERVICE"
 
 
-def create_app(service: FleetService | None = None) -> Dash:
-    """The Dash app; `service` defaults to the simulated demo fleet. Dash debug stays off."""
+def create_app(
+    service: FleetService | None = None,
+    *,
+    auth_file: str | None = None,
+    refresh_seconds: float = 60.0,
+    warm: bool = True,
+) -> Dash:
+    """The Dash app over `service` (default: the simulated demo fleet). Dash debug stays off.
+
+    auth_file: a file of `user:password` lines; when given, every route needs HTTP basic auth.
+    refresh_seconds: how often open pages refresh, and how old health and quota data may get.
+    warm: compute the default view in a background thread now, so the first visitor does not wait.
+    """
+    users = load_users(auth_file) if auth_file else None
     if service is None:
         service = FleetService.demo()
     app = Dash(
@@ -20,28 +43,19 @@ def create_app(service: FleetService | None = None) -> Dash:
         use_pages=True,
         pages_folder=str(Path(__file__).parent / "pages"),
         title="gpuwatch",
+        update_title="",
         suppress_callback_exceptions=True,
     )
+    store = ViewStore(service, refresh_seconds=refresh_seconds)
     app.server.config[SERVICE_KEY] = service
-    app.layout = html.Div(
-        className="gw-shell",
-        children=[
-            html.Header(
-                className="gw-header",
-                children=[
-                    html.Span("gpuwatch", className="gw-brand"),
-                    html.Nav(
-                        [
-                            dcc.Link(page["name"], href=page["relative_path"])
-                            for page in dash.page_registry.values()
-                        ],
-                        className="gw-nav",
-                    ),
-                ],
-            ),
-            html.Main(dash.page_container, className="gw-main"),
-        ],
-    )
+    app.server.config[STORE_KEY] = store
+    app.layout = _shell(service, refresh_seconds)
+    _register_shell_callbacks()
+    register_download_callback()
+    if users is not None:
+        install_basic_auth(app.server, users)
+    if warm:
+        store.warm()
     return app
 
 
@@ -50,3 +64,275 @@ def current_service() -> FleetService:
     service = flask.current_app.config[SERVICE_KEY]
     assert isinstance(service, FleetService)
     return service
+
+
+# -- basic auth -----------------------------------------------------------------------------------------
+
+
+def load_users(path: str) -> dict[str, bytes]:
+    """user -> SHA-256 of the password, from `user:password` lines (blank lines and # comments skipped)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read --auth-file {path}: {e.strerror or e}") from e
+    users: dict[str, bytes] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user or not password:
+            raise ConfigError(f"--auth-file {path} line {number}: expected user:password")
+        users[user] = hashlib.sha256(password.encode()).digest()
+    if not users:
+        raise ConfigError(f"--auth-file {path} names no user")
+    return users
+
+
+def install_basic_auth(server: flask.Flask, users: Mapping[str, bytes]) -> None:
+    """Require HTTP basic auth on every route (before Dash sees the request); passwords are never logged."""
+    unknown = hashlib.sha256(b"\0unknown user\0").digest()
+
+    def require_login() -> flask.Response | None:
+        auth = flask.request.authorization
+        if auth is not None and auth.type == "basic" and auth.username is not None:
+            given = hashlib.sha256((auth.password or "").encode()).digest()
+            # Compare even for an unknown user, so timing does not tell which users exist.
+            ok = hmac.compare_digest(users.get(auth.username, unknown), given)
+            if ok and auth.username in users:
+                return None
+        return flask.Response(
+            "authentication required\n",
+            401,
+            {"WWW-Authenticate": 'Basic realm="gpuwatch", charset="UTF-8"', "Content-Type": "text/plain"},
+        )
+
+    server.before_request_funcs.setdefault(None, []).insert(0, require_login)
+
+
+# -- the shell ------------------------------------------------------------------------------------------
+
+
+def _nav_pages() -> list[dict[str, Any]]:
+    pages = [p for p in dash.page_registry.values() if not p.get("path_template")]
+    return sorted(pages, key=lambda p: (p.get("order") or 0, p["path"]))
+
+
+def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
+    url = service.settings.prometheus.url
+    if isinstance(service.sources, SimulatedSources) or not url:
+        source = "demo · simulated fleet"
+    else:
+        parts = urlsplit(url)
+        # Never show credentials a URL may carry (https://user:token@host).
+        source = f"live · {parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+    window_options = [{"label": k, "value": k} for k in PRESETS] + [{"label": "custom", "value": CUSTOM}]
+    return html.Div(
+        className="gw-shell",
+        children=[
+            dcc.Location(id=ids.URL, refresh=False),
+            dcc.Interval(id=ids.REFRESH, interval=int(refresh_seconds * 1000), n_intervals=0),
+            dcc.Download(id=ids.DOWNLOAD),
+            html.Header(
+                className="gw-header",
+                children=[
+                    html.Span("gpuwatch", className="gw-brand"),
+                    html.Nav(
+                        [
+                            dcc.Link(
+                                p["name"],
+                                href=p["relative_path"],
+                                id={"type": ids.NAV_LINK, "path": p["path"]},
+                            )
+                            for p in _nav_pages()
+                        ],
+                        className="gw-nav",
+                        id=ids.NAV,
+                    ),
+                    html.Span(source, className="gw-source", id=ids.SOURCE_BADGE),
+                ],
+            ),
+            html.Div(
+                className="gw-filters",
+                children=[
+                    html.Div(
+                        [
+                            html.Label("Window", className="gw-filter-label"),
+                            dcc.RadioItems(
+                                id=ids.FILTER_WINDOW,
+                                options=window_options,
+                                value="24h",
+                                inline=True,
+                                className="gw-segmented",
+                            ),
+                        ],
+                        className="gw-filter",
+                    ),
+                    html.Div(
+                        [
+                            dcc.Input(
+                                id=ids.FILTER_START,
+                                type="text",
+                                placeholder="start, e.g. 2026-11-18T00:00Z",
+                                debounce=True,
+                                className="gw-input",
+                            ),
+                            html.Span("→", className="gw-muted"),
+                            dcc.Input(
+                                id=ids.FILTER_END,
+                                type="text",
+                                placeholder="end (UTC)",
+                                debounce=True,
+                                className="gw-input",
+                            ),
+                        ],
+                        id=ids.FILTER_CUSTOM,
+                        className="gw-filter gw-custom",
+                        style={"display": "none"},
+                    ),
+                    _dropdown(ids.FILTER_POOL, "Pool", "all pools"),
+                    _dropdown(ids.FILTER_PRODUCT, "Product", "all products"),
+                    _dropdown(ids.FILTER_TEAM, "Team", "all teams"),
+                    html.Span(id=ids.FILTER_NOTE, className="gw-filter-note"),
+                ],
+            ),
+            html.Main(dash.page_container, className="gw-main"),
+            html.Footer(
+                "GPU-hours are GPU-equivalent hours (a MIG slice or time-sliced replica counts its share); "
+                "dollars are GE-hours × the pool's price per GPU-hour.",
+                className="gw-footer",
+            ),
+        ],
+    )
+
+
+def _dropdown(component_id: str, label: str, placeholder: str) -> html.Div:
+    return html.Div(
+        [
+            html.Label(label, className="gw-filter-label", htmlFor=component_id),
+            dcc.Dropdown(
+                id=component_id,
+                options=[],
+                value=[],
+                multi=True,
+                placeholder=placeholder,
+                className="gw-dropdown",
+            ),
+        ],
+        className="gw-filter gw-filter-dropdown",
+    )
+
+
+def _options(filters: Filters) -> tuple[list[str], list[str], list[str]]:
+    """Pools, products and teams to offer: the fleet's (latest whole-fleet view) and the filters' own."""
+    pools, products, teams = set(filters.pools), set(filters.products), set(filters.teams)
+    view = current_store().latest()
+    if view is not None:
+        analysis = view.analysis
+        pools |= set(analysis.nodes["pool"])
+        products |= set(analysis.nodes["product"])
+        teams |= set(analysis.marked["team"].astype("str")) | set(analysis.pending["team"].astype("str"))
+    return sorted(pools), sorted(products), sorted(teams)
+
+
+def _register_shell_callbacks() -> None:
+    """Callbacks of the shell (registered once per app, like the pages' own)."""
+
+    @callback(
+        Output(ids.URL, "search"),
+        Output(ids.FILTER_WINDOW, "value"),
+        Output(ids.FILTER_START, "value"),
+        Output(ids.FILTER_END, "value"),
+        Output(ids.FILTER_POOL, "value"),
+        Output(ids.FILTER_PRODUCT, "value"),
+        Output(ids.FILTER_TEAM, "value"),
+        Output(ids.FILTER_CUSTOM, "style"),
+        Output(ids.FILTER_NOTE, "children"),
+        Output(ids.FILTER_POOL, "options"),
+        Output(ids.FILTER_PRODUCT, "options"),
+        Output(ids.FILTER_TEAM, "options"),
+        Input(ids.URL, "search"),
+        Input(ids.FILTER_WINDOW, "value"),
+        Input(ids.FILTER_START, "value"),
+        Input(ids.FILTER_END, "value"),
+        Input(ids.FILTER_POOL, "value"),
+        Input(ids.FILTER_PRODUCT, "value"),
+        Input(ids.FILTER_TEAM, "value"),
+    )
+    def sync_filters(
+        search: str | None,
+        window: str | None,
+        start: str | None,
+        end: str | None,
+        pools: list[str] | None,
+        products: list[str] | None,
+        teams: list[str] | None,
+    ) -> tuple[Any, ...]:
+        """The URL is the truth: it sets the controls on load and back/forward; controls rewrite it.
+
+        Options travel with values (a dropdown drops a value its options lack), so this one callback
+        owns both; on a URL change it waits for the view, whose pools, products and teams it offers.
+        No timer triggers it: Dash drops an in-flight call's answer when the same callback fires again,
+        and a tick right after a click would swallow the click's new URL.
+        """
+        shown = {"display": "flex"}
+        hidden = {"display": "none"}
+        keep = (no_update,) * 3
+        trigger = ctx.triggered_id
+        if trigger in (None, ids.URL):
+            f = parse_query(search)
+            load(search)  # the options come from the view (usually cached, else computed for the page)
+            custom = f.window == CUSTOM
+            return (
+                no_update,
+                f.window,
+                format_time(f.start),
+                format_time(f.end),
+                list(f.pools),
+                list(f.products),
+                list(f.teams),
+                shown if custom else hidden,
+                "",
+                *_options(f),
+            )
+        start_out: Any = no_update
+        end_out: Any = no_update
+        if window == CUSTOM and trigger == ids.FILTER_WINDOW:
+            # Start from the window on screen, so the custom range is a small edit away.
+            current = current_store().window(parse_query(search))
+            start, end = format_time(current.start), format_time(current.end)
+            start_out, end_out = start, end
+        wanted = from_controls(window, start, end, pools, products, teams)
+        if window == CUSTOM and wanted.window != CUSTOM:
+            note = "enter start and end (UTC), e.g. 2026-11-18T00:00Z, start before end"
+            return (no_update, no_update, start_out, end_out, *keep, shown, note, *keep)
+        query = to_query(wanted)
+        return (
+            query if query != (search or "") else no_update,
+            no_update,
+            start_out,
+            end_out,
+            *keep,
+            shown if window == CUSTOM else hidden,
+            "",
+            *keep,
+        )
+
+    @callback(
+        Output({"type": ids.NAV_LINK, "path": ALL}, "href"),
+        Output({"type": ids.NAV_LINK, "path": ALL}, "className"),
+        Input(ids.URL, "search"),
+        Input(ids.URL, "pathname"),
+        State({"type": ids.NAV_LINK, "path": ALL}, "id"),
+    )
+    def nav_links(
+        search: str | None, pathname: str | None, links: list[dict[str, str]]
+    ) -> tuple[list[str], list[str]]:
+        """Navigation keeps the filters; the current page's link is marked."""
+        query = to_query(parse_query(search))
+        here = pathname or "/"
+        paths = [link["path"] for link in links]
+        active = [
+            "gw-active" if (p == here or (p != "/" and here.startswith(p + "/"))) else "" for p in paths
+        ]
+        return [dash.get_relative_path(p) + query for p in paths], active

@@ -1,8 +1,11 @@
-"""Pure functions from numbers to plotly figures; no data loading here."""
+"""Pure functions from frames and numbers to plotly figures; no data loading here."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+import pandas as pd
 import plotly.graph_objects as go
+
+from gpuwatch.model import LEDGER_STATES
 
 # One colour per ledger state, the same on every page.
 STATE_COLOURS: Mapping[str, str] = {
@@ -12,33 +15,397 @@ STATE_COLOURS: Mapping[str, str] = {
     "allocated_idle": "#ff7f0e",
     "allocated_active": "#2ca02c",
 }
+STATE_LABELS: Mapping[str, str] = {
+    "unavailable": "unavailable",
+    "stranded": "stranded",
+    "unallocated": "unallocated",
+    "allocated_idle": "allocated · idle",
+    "allocated_active": "allocated · active",
+}
+USED_COLOUR = "#1f4e79"
+CAPACITY_COLOUR = "#334e68"
+POOL_COLOURS = ("#1f77b4", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#aec7e8")
+FONT = "system-ui, -apple-system, Segoe UI, Roboto, sans-serif"
 
 
-def pool_allocation_bar(allocated: Mapping[str, float], capacity: Mapping[str, float]) -> go.Figure:
-    """Allocated vs free GPU-equivalents per pool, now."""
-    pools = sorted(capacity)
+def _style(
+    fig: go.Figure, *, x_title: str, y_title: str, height: int = 360, legend: bool = True
+) -> go.Figure:
+    fig.update_layout(
+        template="plotly_white",
+        height=height,
+        margin={"l": 70, "r": 20, "t": 36, "b": 56},
+        font={"family": FONT, "size": 12, "color": "#243b53"},
+        legend={
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.02,
+            "x": 0,
+            "title": None,
+            "traceorder": "normal",
+        },
+        showlegend=legend,
+        hoverlabel={"font": {"family": FONT}},
+        paper_bgcolor="rgba(0,0,0,0)",
+    )
+    fig.update_xaxes(title_text=x_title, gridcolor="#e4e7eb")
+    fig.update_yaxes(title_text=y_title, gridcolor="#e4e7eb", zerolinecolor="#bcccdc")
+    return fig
+
+
+def empty(message: str, *, height: int = 240) -> go.Figure:
+    """A blank figure that says why it is blank."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font={"size": 14, "color": "#627d98"})
+    fig.update_layout(template="plotly_white", height=height, margin={"l": 20, "r": 20, "t": 20, "b": 20})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def ledger_area(timeline: pd.DataFrame) -> go.Figure:
+    """GPU-equivalents per ledger state over time, stacked (the states sum to capacity)."""
+    if timeline.empty:
+        return empty("no samples in this window")
+    fig = go.Figure()
+    for state in LEDGER_STATES:
+        fig.add_trace(
+            go.Scatter(
+                x=timeline["timestamp"],
+                y=timeline[f"{state}_ge"],
+                name=STATE_LABELS[state],
+                mode="lines",
+                line={"width": 0.5, "color": STATE_COLOURS[state]},
+                fillcolor=STATE_COLOURS[state],
+                stackgroup="ledger",
+                hovertemplate="%{y:,.2f} GE<extra>" + STATE_LABELS[state] + "</extra>",
+            )
+        )
+    fig.update_layout(hovermode="x unified")
+    return _style(fig, x_title="time (UTC)", y_title="GPU-equivalents (GE)")
+
+
+def ledger_waterfall(state_usd: Mapping[str, float]) -> go.Figure:
+    """Capacity dollars broken down, state by state, down to what active work used."""
+    total = sum(state_usd.values())
+    fig = go.Figure(
+        go.Bar(
+            x=["capacity"],
+            y=[total],
+            marker_color=CAPACITY_COLOUR,
+            text=[f"${total:,.0f}"],
+            textposition="outside",
+            name="capacity",
+            hovertemplate="capacity: $%{y:,.2f}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(tickangle=0)
+    level = total
+    for state in LEDGER_STATES:
+        value = state_usd.get(state, 0.0)
+        level -= value
+        fig.add_trace(
+            go.Bar(
+                x=[STATE_LABELS[state].replace(" · ", " ·<br>")],
+                y=[value],
+                base=[max(level, 0.0)],
+                marker_color=STATE_COLOURS[state],
+                text=[f"${value:,.0f}"],
+                textposition="outside",
+                name=STATE_LABELS[state],
+                hovertemplate=STATE_LABELS[state] + ": $%{y:,.2f}<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="overlay", bargap=0.35, uniformtext={"minsize": 10, "mode": "show"})
+    fig.update_yaxes(rangemode="tozero", range=[0, total * 1.12 if total > 0 else 1])
+    return _style(fig, x_title="ledger state", y_title="USD over the window", legend=False)
+
+
+def ledger_usd_bar(state_usd: Mapping[str, float]) -> go.Figure:
+    """Dollars per ledger state, one horizontal bar each."""
+    states = list(LEDGER_STATES)[::-1]
+    fig = go.Figure(
+        go.Bar(
+            x=[state_usd.get(s, 0.0) for s in states],
+            y=[STATE_LABELS[s] for s in states],
+            orientation="h",
+            marker_color=[STATE_COLOURS[s] for s in states],
+            text=[f"${state_usd.get(s, 0.0):,.2f}" for s in states],
+            textposition="auto",
+            hovertemplate="%{y}: $%{x:,.2f}<extra></extra>",
+        )
+    )
+    fig.update_layout(margin={"l": 130})
+    _style(fig, x_title="USD over the window", y_title="", height=400, legend=False)
+    fig.update_layout(margin={"l": 130, "r": 20, "t": 20, "b": 50})
+    return fig
+
+
+def _two_lines(name: str) -> str:
+    """A long pool name broken at its middle dash, so axis labels stay level."""
+    parts = name.split("-")
+    if len(name) <= 14 or len(parts) < 2:
+        return name
+    cut = min(range(1, len(parts)), key=lambda i: abs(len("-".join(parts[:i])) - len(name) / 2))
+    return "-".join(parts[:cut]) + "-<br>" + "-".join(parts[cut:])
+
+
+def pool_states_bar(nodes_now: pd.DataFrame) -> go.Figure:
+    """GPU-equivalents per pool in each ledger state at the window's last sample."""
+    if nodes_now.empty:
+        return empty("no nodes")
+    per_pool = nodes_now.groupby("pool", as_index=False)[[f"{s}_ge" for s in LEDGER_STATES]].sum()
     fig = go.Figure(
         [
             go.Bar(
-                name="allocated",
-                x=pools,
-                y=[allocated.get(p, 0.0) for p in pools],
-                marker_color=STATE_COLOURS["allocated_active"],
-            ),
+                name=STATE_LABELS[s],
+                x=[_two_lines(str(p)) for p in per_pool["pool"]],
+                y=per_pool[f"{s}_ge"],
+                marker_color=STATE_COLOURS[s],
+                hovertemplate="%{x}: %{y:,.2f} GE<extra>" + STATE_LABELS[s] + "</extra>",
+            )
+            for s in LEDGER_STATES
+        ]
+    )
+    fig.update_layout(barmode="stack")
+    _style(fig, x_title="pool", y_title="GPU-equivalents (GE)", height=340)
+    fig.update_xaxes(tickangle=0)
+    return fig
+
+
+def node_holes(nodes_now: pd.DataFrame) -> go.Figure:
+    """Each node's GPUs by ledger state at the last sample: the free holes, where they are, how big."""
+    if nodes_now.empty:
+        return empty("no nodes")
+    frame = nodes_now.iloc[::-1]
+    status = [
+        "NotReady" if not r else ("cordoned" if not s else "")
+        for r, s in zip(frame["ready"], frame["schedulable"], strict=True)
+    ]
+    labels = [f"{n} ({st})" if st else n for n, st in zip(frame["node"], status, strict=True)]
+    y = [list(frame["pool"]), labels]
+    fig = go.Figure(
+        [
             go.Bar(
-                name="free",
-                x=pools,
-                y=[max(0.0, capacity[p] - allocated.get(p, 0.0)) for p in pools],
-                marker_color=STATE_COLOURS["unallocated"],
+                name=STATE_LABELS[s],
+                x=frame[f"{s}_ge"],
+                y=y,
+                orientation="h",
+                marker_color=STATE_COLOURS[s],
+                hovertemplate="%{y}: %{x:,.2f} GE<extra>" + STATE_LABELS[s] + "</extra>",
+            )
+            for s in LEDGER_STATES
+        ]
+    )
+    fig.update_layout(barmode="stack", bargap=0.25)
+    height = max(300, 26 * len(frame) + 120)
+    _style(fig, x_title="GPUs (GPU-equivalents)", y_title="", height=height)
+    fig.update_layout(margin={"l": 260, "r": 20, "t": 36, "b": 50})
+    fig.update_xaxes(dtick=1, rangemode="tozero")
+    return fig
+
+
+def fragmentation_lines(timeline: pd.DataFrame) -> go.Figure:
+    """Fragmentation ratio per pool over time."""
+    if timeline.empty:
+        return empty("no pools")
+    fig = go.Figure()
+    for i, (pool, rows) in enumerate(timeline.groupby("pool", sort=True)):
+        fig.add_trace(
+            go.Scatter(
+                x=rows["timestamp"],
+                y=rows["fragmentation_ratio"],
+                name=str(pool),
+                mode="lines",
+                line={"width": 1.8, "color": POOL_COLOURS[i % len(POOL_COLOURS)]},
+                hovertemplate="%{y:.1%}<extra>" + str(pool) + "</extra>",
+            )
+        )
+    fig.update_layout(hovermode="x unified")
+    _style(fig, x_title="time (UTC)", y_title="fragmentation ratio (% of free GPUs)")
+    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    return fig
+
+
+HEATMAP_METRICS: Mapping[str, tuple[str, str, str]] = {
+    # metric: (label with unit, colour scale, hover format)
+    "util": ("utilization (%)", "Viridis", ".0%"),
+    "temp": ("temperature (°C)", "YlOrRd", ".0f"),
+    "power": ("power (W)", "Cividis", ".0f"),
+    "memory": ("framebuffer used (%)", "Blues", ".0%"),
+}
+
+
+def health_heatmap(cells: pd.DataFrame, metric: str) -> go.Figure:
+    """Node × GPU grid of one metric.
+
+    `cells`: node, gpu (index), value, reporting (the GPU has telemetry), marker (short text), hover.
+    GPUs without telemetry are grey; slots a node does not have stay blank.
+    """
+    if cells.empty:
+        return empty("no GPU telemetry in the last samples of this window")
+    label, scale, fmt = HEATMAP_METRICS[metric]
+    nodes = list(dict.fromkeys(cells["node"]))[::-1]
+    gpus = sorted(int(g) for g in cells["gpu"].dropna().unique())
+    cells = cells.assign(gpu=cells["gpu"].astype("int64"), silent=(~cells["reporting"]).astype("float64"))
+
+    def grid_of(column: str) -> pd.DataFrame:
+        wide = cells.pivot_table(index="node", columns="gpu", values=column, aggfunc="first", dropna=False)
+        return wide.reindex(index=nodes, columns=gpus)
+
+    grid, marker, hover, silent = grid_of("value"), grid_of("marker"), grid_of("hover"), grid_of("silent")
+    zrange = {"util": (0.0, 1.0), "memory": (0.0, 1.0)}.get(metric)
+    x = [f"GPU {g}" for g in gpus]
+    customdata = hover.fillna("").to_numpy()
+    fig = go.Figure(
+        [
+            go.Heatmap(
+                z=grid.where(silent == 0).to_numpy(),
+                x=x,
+                y=nodes,
+                text=marker.fillna("").to_numpy(),
+                texttemplate="<b>%{text}</b>",
+                textfont={"size": 11},
+                customdata=customdata,
+                hovertemplate="%{customdata}<extra></extra>",
+                hoverongaps=False,
+                colorscale=scale,
+                zmin=zrange[0] if zrange else None,
+                zmax=zrange[1] if zrange else None,
+                xgap=2,
+                ygap=2,
+                colorbar={
+                    "title": {"text": label, "side": "right"},
+                    "tickformat": fmt if "%" in label else None,
+                },
+            ),
+            go.Heatmap(
+                z=silent.where(silent > 0).to_numpy(),
+                x=x,
+                y=nodes,
+                customdata=customdata,
+                hovertemplate="%{customdata}<extra></extra>",
+                hoverongaps=False,
+                colorscale=[[0, "#bcccdc"], [1, "#bcccdc"]],
+                showscale=False,
+                xgap=2,
+                ygap=2,
+                name="no telemetry",
+            ),
+        ]
+    )
+    height = max(280, 30 * len(nodes) + 110)
+    _style(fig, x_title="GPU index on the node", y_title="", height=height, legend=False)
+    fig.update_layout(plot_bgcolor="#ffffff", margin={"l": 150, "r": 20, "t": 20, "b": 50})
+    fig.update_xaxes(side="bottom", showgrid=False, zeroline=False)
+    fig.update_yaxes(showgrid=False, zeroline=False)
+    return fig
+
+
+def _orange(share: float) -> str:
+    """A shade between light and full idle orange for a share in [0, 1]."""
+    light, full = (255, 224, 178), (255, 127, 14)
+    rgb = [round(a + (b - a) * min(1.0, max(0.0, share))) for a, b in zip(light, full, strict=True)]
+    return f"rgb({rgb[0]},{rgb[1]},{rgb[2]})"
+
+
+def waste_treemap(workloads: Sequence[Mapping[str, object]]) -> go.Figure:
+    """Idle-allocated dollars, team → namespace → workload (shade: share of the largest team's waste)."""
+    rows = [w for w in workloads if float(str(w["waste_usd"])) > 0]
+    if not rows:
+        return empty("no idle-allocated GPU time in this window")
+    totals: dict[tuple[str, ...], float] = {}
+    for w in rows:
+        team, ns, pod = str(w["team"]), str(w["namespace"]), str(w["pod"])
+        value = float(str(w["waste_usd"]))
+        for key in ((team,), (team, ns), (team, ns, pod)):
+            totals[key] = totals.get(key, 0.0) + value
+    top = max(v for k, v in totals.items() if len(k) == 1)
+    keys = sorted(totals, key=len)
+    fig = go.Figure(
+        go.Treemap(
+            ids=["/".join(k) for k in keys],
+            labels=[k[-1] for k in keys],
+            parents=["/".join(k[:-1]) for k in keys],
+            values=[totals[k] for k in keys],
+            branchvalues="total",
+            texttemplate="<b>%{label}</b><br>$%{value:,.0f}",
+            hovertemplate="%{id}<br>idle-allocated: $%{value:,.2f}<extra></extra>",
+            marker={
+                "colors": [_orange(totals[(k[0],)] / top) for k in keys],
+                "line": {"color": "#ffffff", "width": 1.5},
+            },
+            pathbar={"visible": False},
+            maxdepth=2,
+        )
+    )
+    fig.update_layout(
+        height=420, margin={"l": 4, "r": 4, "t": 4, "b": 4}, font={"family": FONT}, paper_bgcolor="#ffffff"
+    )
+    return fig
+
+
+def sparkline(frame: pd.DataFrame) -> go.Figure:
+    """A tiny held-vs-used trend (timestamp, held_ge, used_ge) for a table cell."""
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=frame["timestamp"],
+                y=frame["held_ge"],
+                mode="lines",
+                line={"width": 1, "color": STATE_COLOURS["allocated_idle"]},
+                fill="tozeroy",
+                fillcolor="rgba(255,127,14,0.18)",
+            ),
+            go.Scatter(
+                x=frame["timestamp"],
+                y=frame["used_ge"],
+                mode="lines",
+                line={"width": 1.2, "color": USED_COLOUR},
             ),
         ]
     )
     fig.update_layout(
-        barmode="stack",
-        yaxis_title="GPUs (GPU-equivalents)",
-        xaxis_title="pool",
-        margin={"l": 60, "r": 20, "t": 30, "b": 60},
-        legend={"orientation": "h"},
+        height=34,
+        width=150,
+        margin={"l": 0, "r": 0, "t": 2, "b": 2},
+        showlegend=False,
         template="plotly_white",
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
     )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, rangemode="tozero")
     return fig
+
+
+def team_trend(frame: pd.DataFrame) -> go.Figure:
+    """A team's GPUs over time: allocated active and idle (stacked) and what they used."""
+    if frame.empty:
+        return empty("the team held no GPUs in this window")
+    fig = go.Figure()
+    for state, column in (("allocated_active", "active_ge"), ("allocated_idle", "idle_ge")):
+        fig.add_trace(
+            go.Scatter(
+                x=frame["timestamp"],
+                y=frame[column],
+                name=STATE_LABELS[state],
+                mode="lines",
+                line={"width": 0.5, "color": STATE_COLOURS[state]},
+                fillcolor=STATE_COLOURS[state],
+                stackgroup="held",
+                hovertemplate="%{y:,.2f} GE<extra>" + STATE_LABELS[state] + "</extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=frame["timestamp"],
+            y=frame["used_ge"],
+            name="used (utilization × GE)",
+            mode="lines",
+            line={"width": 2, "color": USED_COLOUR},
+            hovertemplate="%{y:,.2f} GE<extra>used</extra>",
+        )
+    )
+    fig.update_layout(hovermode="x unified")
+    return _style(fig, x_title="time (UTC)", y_title="GPU-equivalents (GE)")

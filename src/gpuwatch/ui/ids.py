@@ -1,6 +1,65 @@
 """Component IDs, prefixed by page, so callbacks and browser tests name the same things."""
 
-OVERVIEW_KPIS = "overview-kpis"
-OVERVIEW_POOL_CHART = "overview-pool-chart"
-OVERVIEW_INTERVAL = "overview-interval"
+# The shell: URL, global filters, refresh tick, the one download sink.
+URL = "shell-url"
+NAV = "shell-nav"
+SOURCE_BADGE = "shell-source"
+REFRESH = "shell-refresh"
+DOWNLOAD = "shell-download"
+DOWNLOAD_BUTTON = "shell-download-button"  # pattern-matching type: {"type", "table", "fmt", "arg"}
+FILTER_WINDOW = "filter-window"
+FILTER_START = "filter-start"
+FILTER_END = "filter-end"
+FILTER_CUSTOM = "filter-custom"
+FILTER_POOL = "filter-pool"
+FILTER_PRODUCT = "filter-product"
+FILTER_TEAM = "filter-team"
+FILTER_NOTE = "filter-note"
+NAV_LINK = "shell-nav-link"  # pattern-matching type: {"type", "path"}
+
+OVERVIEW_BANNER = "overview-banner"
 OVERVIEW_AS_OF = "overview-as-of"
+OVERVIEW_KPIS = "overview-kpis"
+OVERVIEW_LEDGER_CHART = "overview-ledger-chart"
+OVERVIEW_WATERFALL = "overview-waterfall"
+OVERVIEW_POOL_CHART = "overview-pool-chart"
+OVERVIEW_TOP_WASTE = "overview-top-waste"
+
+HEALTH_BANNER = "health-banner"
+HEALTH_AS_OF = "health-as-of"
+HEALTH_METRIC = "health-metric"
+HEALTH_HEATMAP = "health-heatmap"
+HEALTH_EVENTS = "health-events"
+HEALTH_COVERAGE = "health-coverage"
+
+CAPACITY_BANNER = "capacity-banner"
+CAPACITY_AS_OF = "capacity-as-of"
+CAPACITY_KPIS = "capacity-kpis"
+CAPACITY_HOLES = "capacity-holes"
+CAPACITY_FRAGMENTATION = "capacity-fragmentation"
+CAPACITY_POOLS = "capacity-pools"
+CAPACITY_PENDING = "capacity-pending"
+
+WASTE_BANNER = "waste-banner"
+WASTE_AS_OF = "waste-as-of"
+WASTE_KPIS = "waste-kpis"
+WASTE_LEDGER = "waste-ledger"
+WASTE_TREEMAP = "waste-treemap"
+WASTE_TABLES = "waste-tables"
+
+TEAMS_BANNER = "teams-banner"
+TEAMS_AS_OF = "teams-as-of"
+TEAMS_TABLE = "teams-table"
+
+TEAM_NAME = "team-name"
+TEAM_BACK = "team-back"
+TEAM_BANNER = "team-banner"
+TEAM_AS_OF = "team-as-of"
+TEAM_KPIS = "team-kpis"
+TEAM_TREND = "team-trend"
+TEAM_TABLES = "team-tables"
+
+
+def table_id(name: str) -> str:
+    """The DOM id of a rendered table (`name` is its download name)."""
+    return f"table-{name}"

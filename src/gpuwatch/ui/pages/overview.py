@@ -1,53 +1,161 @@
-"""Overview page: the fleet's headline numbers and allocation per pool."""
+"""Overview page: the fleet's headline numbers, its GPU-hour ledger over time and in dollars, top waste."""
 
-import math
+from typing import Any
 
 import dash
-from dash import Input, Output, callback, dcc, html
+from dash import Input, Output, callback, html
 
-from gpuwatch.ui import ids
-from gpuwatch.ui.app import current_service
-from gpuwatch.ui.figures import pool_allocation_bar
+from gpuwatch.ui import figures, ids
+from gpuwatch.ui.components import (
+    Column,
+    as_of,
+    capacity_kpi,
+    graph,
+    kpi,
+    load,
+    loaded_banner,
+    num,
+    page,
+    pct,
+    table,
+    usd,
+)
+from gpuwatch.ui.data import Loaded, View
+from gpuwatch.ui.downloads import Export, exporter, report_group
+from gpuwatch.ui.filters import Filters, to_query
 
-dash.register_page(__name__, path="/", name="Overview", title="gpuwatch · Overview")
+dash.register_page(__name__, path="/", name="Overview", title="gpuwatch · Overview", order=0)
+
+TOP = 10
 
 
 def layout(**_query: str) -> html.Div:
-    return html.Div(
-        [
-            html.H1("Fleet overview"),
-            html.P(id=ids.OVERVIEW_AS_OF, className="gw-muted"),
-            html.Div(id=ids.OVERVIEW_KPIS, className="gw-kpis"),
-            dcc.Graph(id=ids.OVERVIEW_POOL_CHART, config={"displaylogo": False}),
-            dcc.Interval(id=ids.OVERVIEW_INTERVAL, interval=60_000, n_intervals=0),
-        ]
+    return page(
+        "Fleet overview",
+        "Where every GPU-hour of capacity went, what it cost, and who holds idle GPUs.",
+        html.Div(id=ids.OVERVIEW_KPIS, className="gw-kpis gw-kpis-5"),
+        html.Div(
+            [
+                graph(
+                    ids.OVERVIEW_LEDGER_CHART,
+                    "GPU-hour ledger over time",
+                    note="Each GPU of capacity is in one state at every sample: the stack is the capacity.",
+                ),
+                graph(
+                    ids.OVERVIEW_WATERFALL,
+                    "Capacity dollars by ledger state",
+                    note="From the window's capacity cost down to what active work used.",
+                ),
+            ],
+            className="gw-grid-2",
+        ),
+        html.Div(
+            [
+                graph(ids.OVERVIEW_POOL_CHART, "Pools at the end of the window", height=340),
+                html.Div(id=ids.OVERVIEW_TOP_WASTE),
+            ],
+            className="gw-grid-2",
+        ),
+        as_of_id=ids.OVERVIEW_AS_OF,
+        banner_id=ids.OVERVIEW_BANNER,
     )
 
 
-def _kpi(label: str, value: str, kpi_id: str) -> html.Div:
-    return html.Div(
-        [html.Div(value, className="gw-kpi-value", id=f"kpi-{kpi_id}"), html.Div(label)], className="gw-kpi"
+def _kpis(view: View, filters: Filters) -> list[html.Div]:
+    fleet = view.report["fleet"]
+    nodes = view.analysis.nodes
+    pending = view.report["pending"]
+    return [
+        kpi("GPUs", f"{fleet['gpus']}", "gpus", hint=f"on {len(nodes)} nodes"),
+        capacity_kpi(
+            filters, "capacity cost", usd(view.state_usd_total()), "capacity-usd", hint="all ledger states"
+        ),
+        kpi("allocated cost", usd(fleet["cost_usd"]), "cost"),
+        kpi("idle-allocated waste", usd(fleet["waste_usd"]), "waste", tone="gw-warn"),
+        capacity_kpi(
+            filters,
+            "stranded + unallocated",
+            usd(fleet["stranded_cost_usd"] + fleet["unallocated_cost_usd"]),
+            "free-usd",
+        ),
+        kpi("efficiency", pct(fleet["efficiency"]), "efficiency", hint="used ÷ allocated GPU-hours"),
+        capacity_kpi(
+            filters,
+            "allocation rate",
+            pct(fleet["allocation_rate"]),
+            "allocation",
+            hint="allocated ÷ capacity",
+        ),
+        kpi("GPUs allocated now", num(view.allocated_now()), "allocated"),
+        kpi("GPU pods pending", f"{len(pending)}", "pending", tone="gw-warn" if pending else ""),
+        kpi(
+            "nodes NotReady / cordoned",
+            f"{int((~nodes['ready']).sum())} / {int((~nodes['schedulable']).sum())}",
+            "nodes-bad",
+        ),
+    ]
+
+
+WASTE_COLUMNS = [
+    Column("pod", "workload"),
+    Column("team", "team", href=lambda r: f"/teams/{r['team']}"),
+    Column("idle_gpu_hours", "idle GPU-h", "num"),
+    Column("waste_usd", "waste $", "usd"),
+    Column("idle_since", "idle since", "time"),
+]
+
+
+def _top_waste(view: View, query: str) -> html.Section:
+    rows = [w for w in view.report["workloads"] if w["waste_usd"] > 0]
+    return table(
+        "overview-top-waste",
+        "Top idle-allocated workloads",
+        WASTE_COLUMNS,
+        rows,
+        limit=TOP,
+        empty_text="no idle-allocated GPU time in this window",
+        note="Allocated GPUs below the idle threshold for the whole idle window, by dollars in this window.",
+        query=query,
+    )
+
+
+@exporter("overview-top-waste")
+def _export_top_waste(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    report = loaded.view.report
+    return report_group(
+        {**report, "workloads": [w for w in report["workloads"] if w["waste_usd"] > 0]}, "workload"
+    )
+
+
+def render(search: str | None) -> tuple[Any, ...]:
+    """Everything the page shows for the URL's filters (the callback, callable without Dash)."""
+    filters, loaded = load(search)
+    view = loaded.view
+    head = (loaded_banner(loaded), as_of(loaded, filters))
+    if view is None:
+        blank = figures.empty("no data yet")
+        return (*head, [], blank, blank, blank, None)
+    return (
+        *head,
+        _kpis(view, filters),
+        figures.ledger_area(view.ledger_timeline()),
+        figures.ledger_waterfall(view.state_usd()),
+        figures.pool_states_bar(view.nodes_now()),
+        _top_waste(view, to_query(filters)),
     )
 
 
 @callback(
-    Output(ids.OVERVIEW_KPIS, "children"),
-    Output(ids.OVERVIEW_POOL_CHART, "figure"),
+    Output(ids.OVERVIEW_BANNER, "children"),
     Output(ids.OVERVIEW_AS_OF, "children"),
-    Input(ids.OVERVIEW_INTERVAL, "n_intervals"),
+    Output(ids.OVERVIEW_KPIS, "children"),
+    Output(ids.OVERVIEW_LEDGER_CHART, "figure"),
+    Output(ids.OVERVIEW_WATERFALL, "figure"),
+    Output(ids.OVERVIEW_POOL_CHART, "figure"),
+    Output(ids.OVERVIEW_TOP_WASTE, "children"),
+    Input(ids.URL, "search"),
+    Input(ids.REFRESH, "n_intervals"),
 )
-def refresh(_n: int) -> tuple[list[html.Div], object, str]:
-    service = current_service()
-    snap = service.snapshot()
-    util = "n/a" if math.isnan(snap.mean_util_ratio) else f"{snap.mean_util_ratio:.0%}"
-    kpis = [
-        _kpi("GPUs", f"{snap.gpus}", "gpus"),
-        _kpi("nodes", f"{snap.nodes}", "nodes"),
-        _kpi("GPUs allocated now", f"{snap.gpus_allocated_now:.2f}", "allocated"),
-        _kpi("mean utilization", util, "util"),
-        _kpi("GPU pods running", f"{snap.pods_running}", "running"),
-        _kpi("GPU pods pending", f"{snap.pods_pending}", "pending"),
-        _kpi("nodes NotReady / cordoned", f"{snap.nodes_not_ready} / {snap.nodes_cordoned}", "nodes-bad"),
-    ]
-    as_of = f"As of {snap.as_of:%Y-%m-%d %H:%M} UTC · {len(snap.pools)} pools · {len(snap.teams)} teams"
-    return kpis, pool_allocation_bar(snap.allocated_by_pool, snap.capacity_by_pool), as_of
+def update(search: str | None, _n: int) -> tuple[Any, ...]:
+    return render(search)

@@ -1,0 +1,264 @@
+"""Blocks every page uses: number formats, KPI tiles, tables with downloads, the stale-data banner."""
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import flask
+import pandas as pd
+from dash import dcc, html
+
+from gpuwatch.model import Window
+from gpuwatch.ui import ids
+from gpuwatch.ui.data import Loaded, Outage, ViewStore, age_text, window_text
+from gpuwatch.ui.filters import Filters, parse_query
+
+STORE_KEY = "GPUWATCH_VIEW_STORE"
+TABLE_ROWS = 50  # rows shown per table; downloads carry them all
+
+
+def current_store() -> ViewStore:
+    """The ViewStore of the app serving the current request (callbacks run inside Flask)."""
+    store = flask.current_app.config[STORE_KEY]
+    assert isinstance(store, ViewStore)
+    return store
+
+
+def load(search: str | None) -> tuple[Filters, Loaded]:
+    """The filters in the URL and the view they ask for."""
+    filters = parse_query(search)
+    return filters, current_store().load(filters)
+
+
+# -- numbers: the same formats as `gpuwatch report --format table` ------------------------------------
+
+
+def missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def usd(value: Any) -> str:
+    return "n/a" if missing(value) else f"${float(value):,.2f}"
+
+
+def pct(value: Any) -> str:
+    return "n/a" if missing(value) else f"{float(value):.1%}"
+
+
+def num(value: Any) -> str:
+    return "n/a" if missing(value) else f"{float(value):,.2f}"
+
+
+def whole(value: Any) -> str:
+    return "n/a" if missing(value) else f"{float(value):,.0f}"
+
+
+def when(value: Any) -> str:
+    """An ISO time (or Timestamp) as "2026-11-19 14:30 UTC"; "-" when absent."""
+    if missing(value) or value == "":
+        return "-"
+    return f"{pd.Timestamp(value).tz_convert('UTC'):%Y-%m-%d %H:%M} UTC"
+
+
+FORMATS: Mapping[str, Callable[[Any], str]] = {
+    "usd": usd,
+    "pct": pct,
+    "num": num,
+    "int": whole,
+    "time": when,
+    "text": lambda v: "" if missing(v) else str(v),
+    "tag": lambda v: "" if missing(v) else str(v),
+}
+
+
+# -- tiles, tables, banner ------------------------------------------------------------------------------
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of a frame as dicts keyed by column name."""
+    return cast(list[dict[str, Any]], frame.to_dict("records"))
+
+
+NOT_PER_TEAM = "free, stranded and broken GPUs belong to no team"
+
+
+def capacity_kpi(
+    filters: Filters, label: str, value: str, kpi_id: str, *, tone: str = "", hint: str = ""
+) -> html.Div:
+    """A KPI about capacity states, shown as n/a under a team filter (they belong to no team)."""
+    if filters.teams:
+        return kpi(label, "n/a", kpi_id, hint=NOT_PER_TEAM)
+    return kpi(label, value, kpi_id, tone=tone, hint=hint)
+
+
+def kpi(label: str, value: str, kpi_id: str, *, tone: str = "", hint: str = "") -> html.Div:
+    """A headline number with its label; `tone` colours it (waste, ok, bad)."""
+    return html.Div(
+        [
+            html.Div(value, className="gw-kpi-value", id=f"kpi-{kpi_id}"),
+            html.Div(label, className="gw-kpi-label"),
+            html.Div(hint, className="gw-kpi-hint") if hint else None,
+        ],
+        className=f"gw-kpi {tone}".strip(),
+        title=hint or None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A table column: row key, header, format (usd, pct, num, int, time, text, tag) and an optional link."""
+
+    key: str
+    label: str
+    kind: str = "text"
+    href: Callable[[Mapping[str, Any]], str] | None = None
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("usd", "pct", "num", "int")
+
+
+def _cell(column: Column, row: Mapping[str, Any], query: str) -> html.Td:
+    value = row.get(column.key)
+    if isinstance(value, html.Div | dcc.Graph):
+        content: Any = value
+    else:
+        content = FORMATS[column.kind](value)
+        if column.href is not None:
+            content = dcc.Link(content, href=column.href(row) + query)
+    classes = "n" if column.numeric else (f"gw-tag gw-tag-{value}" if column.kind == "tag" else None)
+    attributes: dict[str, Any] = {"data-col": column.key}
+    return html.Td(content, className=classes, **attributes)
+
+
+def download_buttons(name: str, arg: str = "") -> html.Div:
+    """CSV and Parquet buttons for the table `name` (served by the shell's download callback)."""
+    return html.Div(
+        [
+            html.Button(
+                label,
+                id={"type": ids.DOWNLOAD_BUTTON, "table": name, "fmt": fmt, "arg": arg},
+                className="gw-button",
+                title=f"download all rows as {label}",
+                n_clicks=0,
+            )
+            for fmt, label in (("csv", "CSV"), ("parquet", "Parquet"))
+        ],
+        className="gw-downloads",
+    )
+
+
+def table(
+    name: str,
+    title: str,
+    columns: Sequence[Column],
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    arg: str = "",
+    limit: int = TABLE_ROWS,
+    empty_text: str = "nothing to show",
+    note: str = "",
+    downloadable: bool = True,
+    query: str = "",
+) -> html.Section:
+    """A titled table with CSV/Parquet downloads; long tables show their first `limit` rows.
+
+    `query` (the page's filters) is appended to links, so following one keeps the filters.
+    """
+    shown = rows[:limit]
+    head = html.Thead(html.Tr([html.Th(c.label, className="n" if c.numeric else None) for c in columns]))
+    body = html.Tbody([html.Tr([_cell(c, r, query) for c in columns]) for r in shown])
+    more = (
+        f"showing {len(shown)} of {len(rows)} rows; downloads carry all of them" if len(rows) > limit else ""
+    )
+    return html.Section(
+        [
+            html.Div(
+                [
+                    html.H2(title),
+                    download_buttons(name, arg) if downloadable else None,
+                ],
+                className="gw-section-head",
+            ),
+            html.P(note, className="gw-muted gw-note") if note else None,
+            html.Div(
+                html.Table([head, body], className="gw-table", id=ids.table_id(name))
+                if rows
+                else html.P(empty_text, className="gw-empty", id=ids.table_id(name)),
+                className="gw-table-wrap",
+            ),
+            html.P(more, className="gw-muted gw-note") if more else None,
+        ],
+        className="gw-card",
+    )
+
+
+def banner(outage: Outage | None, shown: Window | None, computed_at: datetime | None) -> html.Div | None:
+    """The stale-data banner: which source fails since when, and what the page shows instead."""
+    if outage is None:
+        return None
+    now = datetime.now(UTC)
+    lines: list[Any] = [
+        html.Strong("Data source failing"),
+        f" since {outage.since:%H:%M:%S} UTC ({age_text(outage.since, now)}): {outage.message}",
+        html.Br(),
+    ]
+    if shown is not None and computed_at is not None:
+        lines.append(
+            f"Showing the last good data, fetched {computed_at:%Y-%m-%d %H:%M:%S} UTC, "
+            f"for {window_text(shown)}. It refreshes by itself when the source is back."
+        )
+    else:
+        lines.append("No data was fetched before the failure; this page fills in when the source is back.")
+    return html.Div(lines, className="gw-banner", role="alert")
+
+
+def loaded_banner(loaded: Loaded) -> html.Div | None:
+    view = loaded.view
+    return banner(loaded.outage, view.window if view else None, view.computed_at if view else None)
+
+
+def as_of(loaded: Loaded, filters: Filters) -> str:
+    """The line under a page title: window, scope, and when it was computed."""
+    view = loaded.view
+    if view is None:
+        return f"{window_text(loaded.requested)} · no data" if loaded.requested else "no data"
+    text = f"{window_text(view.window)} · {filters.describe()} · computed {view.computed_at:%H:%M:%S} UTC"
+    return text + (f" · the ledger shows the team's GPUs only ({NOT_PER_TEAM})" if filters.teams else "")
+
+
+def page(title: str, subtitle: str, *children: Any, as_of_id: str, banner_id: str) -> html.Div:
+    """A page: title, what it answers, the as-of line, the banner slot, then its content."""
+    return html.Div(
+        [
+            html.Div(
+                [html.H1(title), html.P(subtitle, className="gw-subtitle")],
+                className="gw-page-head",
+            ),
+            html.P(id=as_of_id, className="gw-muted gw-as-of"),
+            html.Div(id=banner_id),
+            *children,
+        ]
+    )
+
+
+def graph(graph_id: str, title: str, *, note: str = "", height: int = 360) -> html.Section:
+    """A titled card holding a dcc.Graph filled by a callback."""
+    return html.Section(
+        [
+            html.H2(title),
+            html.P(note, className="gw-muted gw-note") if note else None,
+            dcc.Loading(
+                dcc.Graph(
+                    id=graph_id,
+                    config={"displaylogo": False, "responsive": True},
+                    style={"minHeight": f"{height}px"},
+                ),
+                type="dot",
+                delay_show=400,
+            ),
+        ],
+        className="gw-card",
+    )

@@ -1,0 +1,213 @@
+"""Capacity page: where the free GPUs are, how fragmented, what the strands cost, and why pods pend."""
+
+from typing import Any
+
+import dash
+import pandas as pd
+from dash import Input, Output, callback, html
+
+from gpuwatch.ui import figures, ids
+from gpuwatch.ui.components import (
+    Column,
+    as_of,
+    capacity_kpi,
+    graph,
+    kpi,
+    load,
+    loaded_banner,
+    num,
+    page,
+    pct,
+    records,
+    table,
+    usd,
+)
+from gpuwatch.ui.data import Loaded, View, since_text
+from gpuwatch.ui.downloads import Export, exporter
+from gpuwatch.ui.filters import Filters, to_query
+
+dash.register_page(
+    __name__, path="/capacity", name="Capacity", title="gpuwatch · Capacity & fragmentation", order=2
+)
+
+
+def layout(**_query: str) -> html.Div:
+    return page(
+        "Capacity & fragmentation",
+        "Where the free GPUs are, whether a big job fits, what stranded capacity costs, and why pods pend.",
+        html.Div(id=ids.CAPACITY_KPIS, className="gw-kpis"),
+        graph(
+            ids.CAPACITY_HOLES,
+            "GPUs per node at the end of the window",
+            note="Light grey are the holes a new pod can use; red are free GPUs no pod can use "
+            "(fragments smaller than the pods that ask, or on cordoned nodes).",
+            height=300,
+        ),
+        html.Div(id=ids.CAPACITY_POOLS),
+        graph(
+            ids.CAPACITY_FRAGMENTATION,
+            "Fragmentation over time",
+            note="Share of free GPUs too fragmented for the pool's pod sizes (Weng et al., ATC'23).",
+        ),
+        html.Div(id=ids.CAPACITY_PENDING),
+        as_of_id=ids.CAPACITY_AS_OF,
+        banner_id=ids.CAPACITY_BANNER,
+    )
+
+
+def pool_rows(view: View) -> list[dict[str, Any]]:
+    """The report's pools with the dollars their stranded hours cost and what is free now."""
+    price = view.prices()
+    now = view.nodes_now()
+    free_now = (
+        now[now["ready"] & now["schedulable"]]
+        .groupby("pool")["unallocated_ge"]
+        .sum()
+        .add(now[now["ready"] & now["schedulable"]].groupby("pool")["stranded_ge"].sum(), fill_value=0.0)
+    )
+    return [
+        {
+            **p,
+            "stranded_usd": p["stranded_gpu_hours"] * price.get(p["pool"], 0.0),
+            "free_now": float(free_now.get(p["pool"], 0.0)),
+        }
+        for p in view.report["pools"]
+    ]
+
+
+POOL_COLUMNS = [
+    Column("pool", "pool"),
+    Column("gpus", "GPUs", "int"),
+    Column("free_now", "free now", "num"),
+    Column("largest_free_block", "largest placeable", "num"),
+    Column("fragmentation_ratio", "fragmentation", "pct"),
+    Column("allocation_rate", "allocation", "pct"),
+    Column("utilization", "utilization", "pct"),
+    Column("stranded_gpu_hours", "stranded GPU-h", "num"),
+    Column("stranded_usd", "stranded $", "usd"),
+]
+
+
+def pending_rows(view: View) -> list[dict[str, Any]]:
+    """Pending GPU pods with how long they waited and what blocks them."""
+    end = view.window.end
+    pending = view.analysis.pending
+    extra = {
+        (r["namespace"], r["pod"]): r
+        for r in records(pending[["namespace", "pod", "pool_free_ge", "largest_free_block_ge"]])
+    }
+    rows = []
+    for p in view.report["pending"]:
+        more = extra.get((p["namespace"], p["pod"]), {})
+        rows.append(
+            {
+                **p,
+                "pool": p["pool"] or "any (no product selector)",
+                "waiting": since_text(end - pd.Timedelta(seconds=p["waiting_seconds"]), end),
+                "pool_free_ge": more.get("pool_free_ge"),
+                "largest_free_block_ge": more.get("largest_free_block_ge"),
+                "why": _why(p, more),
+            }
+        )
+    return sorted(rows, key=lambda r: -float(r["waiting_seconds"]))
+
+
+def _why(pod: dict[str, Any], more: dict[str, Any]) -> str:
+    free, block = more.get("pool_free_ge"), more.get("largest_free_block_ge")
+    if pod["blocked_by"] == "fragmentation":
+        return f"fragmentation: {free:g} GPUs free in the pool, but at most {block:g} on one node"
+    if free is None:
+        return "capacity"
+    return f"capacity: needs {pod['gpus']:g}, the pool has {free:g} free"
+
+
+PENDING_COLUMNS = [
+    Column("namespace", "namespace"),
+    Column("pod", "pod"),
+    Column("team", "team", href=lambda r: f"/teams/{r['team']}"),
+    Column("gpus", "GPUs", "num"),
+    Column("pool", "pool"),
+    Column("waiting", "waiting"),
+    Column("blocked_by", "blocked by", "tag"),
+    Column("why", "why"),
+]
+
+
+def _kpis(view: View, filters: Filters) -> list[html.Div]:
+    fleet = view.report["fleet"]
+    now = view.nodes_now()
+    placeable = now[now["ready"] & now["schedulable"]]
+    free = float(placeable["unallocated_ge"].sum() + placeable["stranded_ge"].sum())
+    largest = max((p["largest_free_block"] for p in view.report["pools"]), default=0.0)
+    pending = view.report["pending"]
+    fragmented = sum(1 for p in pending if p["blocked_by"] == "fragmentation")
+    frag = view.analysis.per_pool
+    free_total = float(frag["schedulable_free_ge"].sum())
+    ratio = float(frag["fragmented_ge"].sum()) / free_total if free_total > 0 else 0.0
+    return [
+        kpi("free GPUs now", num(free), "free-now", hint="on ready, schedulable nodes"),
+        kpi("largest placeable request", num(largest), "largest", hint="GPUs on one node, any pool"),
+        kpi("fragmentation (window)", pct(ratio), "fragmentation", hint="fragmented ÷ free GPU-hours"),
+        capacity_kpi(filters, "stranded $", usd(fleet["stranded_cost_usd"]), "stranded", tone="gw-bad"),
+        capacity_kpi(filters, "unallocated $", usd(fleet["unallocated_cost_usd"]), "unallocated"),
+        kpi(
+            "GPU pods pending",
+            f"{len(pending)}",
+            "pending",
+            tone="gw-warn" if pending else "",
+            hint=f"{fragmented} blocked by fragmentation",
+        ),
+    ]
+
+
+@exporter("capacity-pools")
+def _export_pools(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return Export(frame=pd.DataFrame(pool_rows(loaded.view)))
+
+
+@exporter("capacity-pending")
+def _export_pending(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return Export(frame=pd.DataFrame(pending_rows(loaded.view)).drop(columns=["waiting"], errors="ignore"))
+
+
+def render(search: str | None) -> tuple[Any, ...]:
+    filters, loaded = load(search)
+    view = loaded.view
+    head = (loaded_banner(loaded), as_of(loaded, filters))
+    if view is None:
+        blank = figures.empty("no data yet")
+        return (*head, [], blank, blank, None, None)
+    return (
+        *head,
+        _kpis(view, filters),
+        figures.node_holes(view.nodes_now()),
+        figures.fragmentation_lines(view.fragmentation_timeline()),
+        table("capacity-pools", "Pools", POOL_COLUMNS, pool_rows(view), empty_text="no pools"),
+        table(
+            "capacity-pending",
+            "Pending GPU pods and why",
+            PENDING_COLUMNS,
+            pending_rows(view),
+            empty_text="no GPU pod is pending",
+            note="Fragmentation: the pool has enough free GPUs in total but no node has enough; "
+            "capacity: the pool does not have enough free GPUs.",
+            query=to_query(filters),
+        ),
+    )
+
+
+@callback(
+    Output(ids.CAPACITY_BANNER, "children"),
+    Output(ids.CAPACITY_AS_OF, "children"),
+    Output(ids.CAPACITY_KPIS, "children"),
+    Output(ids.CAPACITY_HOLES, "figure"),
+    Output(ids.CAPACITY_FRAGMENTATION, "figure"),
+    Output(ids.CAPACITY_POOLS, "children"),
+    Output(ids.CAPACITY_PENDING, "children"),
+    Input(ids.URL, "search"),
+    Input(ids.REFRESH, "n_intervals"),
+)
+def update(search: str | None, _n: int) -> tuple[Any, ...]:
+    return render(search)

@@ -1,0 +1,404 @@
+"""Fleet health page: a node × GPU heatmap, device health events, and where telemetry is missing."""
+
+from typing import Any
+
+import dash
+import numpy as np
+import pandas as pd
+from dash import Input, Output, callback, dcc, html
+
+from gpuwatch.service import HEALTH_COLUMNS
+from gpuwatch.ui import figures, ids
+from gpuwatch.ui.components import (
+    Column,
+    as_of,
+    banner,
+    current_store,
+    kpi,
+    load,
+    num,
+    page,
+    pct,
+    records,
+    table,
+)
+from gpuwatch.ui.data import Loaded, Timed, View
+from gpuwatch.ui.downloads import Export, exporter
+from gpuwatch.ui.filters import Filters
+
+dash.register_page(__name__, path="/health", name="Fleet health", title="gpuwatch · Fleet health", order=1)
+
+HOT_CELSIUS = 80.0  # as the GPUHighTemperature alert: above a healthy GPU at full load, below slowdown
+# Hardware XIDs page an SRE; application XIDs are the workload's problem (alerts/gpu-health.rules.yml).
+HARDWARE_XIDS = {
+    48: "double-bit ECC error",
+    63: "row-remapping event",
+    64: "row-remapping failure",
+    74: "NVLink error",
+    79: "GPU fell off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+}
+APP_XIDS = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup",
+}
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def layout(**_query: str) -> html.Div:
+    return page(
+        "Fleet health",
+        "Which GPUs and nodes are sick, which GPUs the scheduler cannot see, where telemetry is missing.",
+        html.Section(
+            [
+                html.Div(
+                    [
+                        html.H2("GPUs at the end of the window"),
+                        dcc.RadioItems(
+                            id=ids.HEALTH_METRIC,
+                            options=[
+                                {"label": "utilization", "value": "util"},
+                                {"label": "temperature", "value": "temp"},
+                                {"label": "power", "value": "power"},
+                                {"label": "memory", "value": "memory"},
+                            ],
+                            value="util",
+                            inline=True,
+                            className="gw-segmented",
+                        ),
+                    ],
+                    className="gw-section-head",
+                ),
+                html.P(
+                    "Last reported values per GPU (MIG GPUs: instances combined). Marked cells: XID, "
+                    "row-remap failure, hot (≥ 80 °C). Grey: no telemetry. Hover for the pods on the GPU.",
+                    className="gw-muted gw-note",
+                ),
+                dcc.Loading(
+                    dcc.Graph(id=ids.HEALTH_HEATMAP, config={"displaylogo": False, "responsive": True}),
+                    type="dot",
+                    delay_show=400,
+                ),
+            ],
+            className="gw-card",
+        ),
+        html.Div(id=ids.HEALTH_EVENTS),
+        html.Div(id=ids.HEALTH_COVERAGE),
+        as_of_id=ids.HEALTH_AS_OF,
+        banner_id=ids.HEALTH_BANNER,
+    )
+
+
+def _xid_text(code: float) -> str:
+    xid = int(code)
+    if xid in HARDWARE_XIDS:
+        return f"XID {xid}: {HARDWARE_XIDS[xid]} (hardware)"
+    return f"XID {xid}: {APP_XIDS.get(xid, 'see NVIDIA XID catalog')} (application)"
+
+
+def gpu_table(view: View, health: pd.DataFrame) -> pd.DataFrame:
+    """One row per physical GPU of the view's nodes (telemetry or not) with its health values and holders."""
+    nodes = view.analysis.nodes
+    h = health[health["node"].isin(nodes["node"])]
+    holders = view.gpu_holders()
+    h = h.merge(holders, on=["uuid", "gpu_instance_id"], how="left")
+    known = h["util_ratio"].notna()
+    h = h.assign(
+        util_ge=(h["util_ratio"] * h["ge"]).where(known, 0.0),
+        known_ge=h["ge"].where(known, 0.0),
+        fb_total=h["fb_used_bytes"] + h["fb_free_bytes"],
+        holders=h["holders"].fillna(""),
+    )
+    per_gpu = h.groupby(["node", "uuid"], as_index=False).agg(
+        gpu=("gpu_index", "first"),
+        util_ge=("util_ge", "sum"),
+        known_ge=("known_ge", "sum"),
+        temp_celsius=("temp_celsius", "max"),
+        power_watts=("power_watts", "max"),
+        fb_used_bytes=("fb_used_bytes", "sum"),
+        fb_total_bytes=("fb_total", "sum"),
+        xid_last=("xid_last", "max"),
+        row_remap_failure=("row_remap_failure", "max"),
+        units=("uuid", "size"),
+        holders=("holders", lambda s: ", ".join(sorted({p for v in s for p in v.split(", ") if p}))),
+    )
+    per_gpu["util_ratio"] = per_gpu["util_ge"] / per_gpu["known_ge"].where(per_gpu["known_ge"] > 0)
+    per_gpu["memory_ratio"] = per_gpu["fb_used_bytes"] / per_gpu["fb_total_bytes"].where(
+        per_gpu["fb_total_bytes"] > 0
+    )
+    per_gpu["gpu"] = pd.to_numeric(per_gpu["gpu"], errors="coerce")
+    # Every GPU slot of every node, so a node that reports nothing shows as a row of holes.
+    slots = pd.DataFrame(
+        [
+            (n, p, i)
+            for n, p, c in nodes[["node", "pool", "capacity_ge"]].itertuples(index=False)
+            for i in range(int(c))
+        ],
+        columns=["node", "pool", "gpu"],
+    )
+    slots["gpu"] = slots["gpu"].astype("float64")
+    out = slots.merge(per_gpu, on=["node", "gpu"], how="outer")
+    out["pool"] = out["pool"].fillna(out["node"].map(dict(zip(nodes["node"], nodes["pool"], strict=True))))
+    return out.sort_values(["pool", "node", "gpu"], ignore_index=True)
+
+
+def _cells(gpus: pd.DataFrame, metric: str) -> pd.DataFrame:
+    column = {"util": "util_ratio", "temp": "temp_celsius", "power": "power_watts", "memory": "memory_ratio"}[
+        metric
+    ]
+    markers, hovers = [], []
+    for r in records(gpus):
+        marks = []
+        if r["xid_last"] and not np.isnan(r["xid_last"]):
+            marks.append(f"XID {int(r['xid_last'])}")
+        if r["row_remap_failure"] and not np.isnan(r["row_remap_failure"]):
+            marks.append("remap")
+        if r["temp_celsius"] >= HOT_CELSIUS:
+            marks.append("hot")
+        markers.append(" ".join(marks))
+        title = f"<b>{r['node']} · GPU {r['gpu']:.0f}</b>"
+        if pd.isna(r["uuid"]):
+            hovers.append(f"{title}<br>no DCGM telemetry in the last samples")
+            continue
+        lines = [
+            title,
+            f"{r['uuid']}" + (f" · {r['units']} MIG instances" if r["units"] > 1 else ""),
+            f"utilization {pct(r['util_ratio'])} · {num(r['temp_celsius']).rstrip('0').rstrip('.')} °C · "
+            f"{r['power_watts']:,.0f} W · memory {pct(r['memory_ratio'])}",
+        ]
+        if r["xid_last"] and not np.isnan(r["xid_last"]):
+            lines.append(_xid_text(r["xid_last"]))
+        if r["row_remap_failure"]:
+            lines.append("row-remap failure: memory unreliable until reset")
+        lines.append(f"pods: {r['holders'] or 'none'}")
+        hovers.append("<br>".join(lines))
+    return pd.DataFrame(
+        {
+            "node": gpus["node"],
+            "gpu": gpus["gpu"],
+            "value": gpus[column],
+            "reporting": gpus["uuid"].notna(),
+            "marker": markers,
+            "hover": hovers,
+        }
+    )
+
+
+def events(view: View, gpus: pd.DataFrame) -> pd.DataFrame:
+    """Health events now: XIDs, row-remap failures, heat, NotReady/cordoned nodes, hidden GPUs, no data."""
+    rows: list[dict[str, Any]] = []
+    for r in records(gpus):
+        base = {
+            "node": r["node"],
+            "gpu": f"{r['gpu']:.0f}",
+            "uuid": "" if pd.isna(r["uuid"]) else r["uuid"],
+            "pods": r["holders"],
+        }
+        if r["xid_last"] and not np.isnan(r["xid_last"]):
+            hardware = int(r["xid_last"]) in HARDWARE_XIDS
+            rows.append(
+                {
+                    **base,
+                    "severity": "critical" if hardware else "info",
+                    "event": f"XID {int(r['xid_last'])}",
+                    "detail": _xid_text(r["xid_last"]),
+                }
+            )
+        if r["row_remap_failure"] and not np.isnan(r["row_remap_failure"]):
+            rows.append(
+                {
+                    **base,
+                    "severity": "critical",
+                    "event": "row-remap failure",
+                    "detail": "a failing memory row could not be remapped: reset the GPU, RMA if it persists",
+                }
+            )
+        if r["temp_celsius"] >= HOT_CELSIUS:
+            rows.append(
+                {
+                    **base,
+                    "severity": "warning",
+                    "event": "high temperature",
+                    "detail": f"{r['temp_celsius']:.0f} °C (threshold {HOT_CELSIUS:.0f} °C)",
+                }
+            )
+    reporting = set(gpus.loc[gpus["uuid"].notna(), "node"])
+    for n in records(view.analysis.nodes):
+        base = {"node": n["node"], "gpu": "", "uuid": "", "pods": ""}
+        if not n["ready"]:
+            rows.append(
+                {
+                    **base,
+                    "severity": "critical",
+                    "event": "node NotReady",
+                    "detail": f"{n['capacity_ge']:.0f} GPUs unavailable",
+                }
+            )
+        elif not n["schedulable"]:
+            rows.append(
+                {
+                    **base,
+                    "severity": "info",
+                    "event": "node cordoned",
+                    "detail": "free GPUs on it are stranded",
+                }
+            )
+        hidden = (round(n["capacity_ge"] - n["allocatable_ge"], 2), round(n["allocatable_ge"], 2))
+        if hidden[0] > 0:
+            rows.append(
+                {
+                    **base,
+                    "severity": "warning",
+                    "event": "GPUs not advertised",
+                    "detail": f"capacity {n['capacity_ge']:g}, allocatable {hidden[1]:g}: "
+                    f"the device plugin hides {hidden[0]:g}",
+                }
+            )
+        if n["capacity_ge"] > 0 and n["node"] not in reporting:
+            rows.append(
+                {
+                    **base,
+                    "severity": "warning",
+                    "event": "no telemetry",
+                    "detail": "no DCGM series in the last samples (exporter down or not scraped)",
+                }
+            )
+    frame = pd.DataFrame(rows, columns=["severity", "node", "gpu", "uuid", "event", "detail", "pods"])
+    order = frame["severity"].map(SEVERITY_ORDER)
+    return frame.assign(_o=order).sort_values(["_o", "node", "gpu"]).drop(columns="_o").reset_index(drop=True)
+
+
+EVENT_COLUMNS = [
+    Column("severity", "severity", "tag"),
+    Column("node", "node"),
+    Column("gpu", "GPU"),
+    Column("event", "event"),
+    Column("detail", "detail"),
+    Column("pods", "pods on the GPU"),
+]
+COVERAGE_COLUMNS = [
+    Column("node", "node"),
+    Column("pool", "pool"),
+    Column("capacity_ge", "GPUs", "int"),
+    Column("coverage", "samples with telemetry", "pct"),
+]
+
+
+def coverage_rows(view: View) -> pd.DataFrame:
+    frame = view.node_coverage()
+    coverage = frame["samples_reporting"].fillna(0) / view.window.n_samples
+    frame = frame.assign(coverage=coverage)
+    return frame[frame["coverage"] < 1].sort_values("coverage", ignore_index=True)[
+        ["node", "pool", "capacity_ge", "coverage"]
+    ]
+
+
+def _coverage(view: View) -> html.Div:
+    c = view.report["coverage"]
+    expected, present = c["gpu_samples_expected"], c["gpu_samples_present"]
+    share = present / expected if expected else float("nan")
+    source = c["util_source"]
+    tiles = html.Div(
+        [
+            kpi("GPU-samples with telemetry", pct(share), "coverage", hint=f"{present:,} of {expected:,}"),
+            kpi(
+                "unattributed GPU-hours",
+                num(c["unattributed_gpu_hours"]),
+                "unattributed",
+                hint="busy GPU, no pod found",
+            ),
+            kpi(
+                "GPUs on PROF_GR_ENGINE_ACTIVE",
+                f"{source.get('DCGM_FI_PROF_GR_ENGINE_ACTIVE', 0)}",
+                "util-prof",
+            ),
+            kpi(
+                "GPUs on DEV_GPU_UTIL",
+                f"{source.get('DCGM_FI_DEV_GPU_UTIL', 0)}",
+                "util-dev",
+                hint="no profiling metrics",
+            ),
+        ],
+        className="gw-kpis gw-kpis-4",
+    )
+    warnings = c["warnings"]
+    return html.Div(
+        [
+            html.Section(
+                [
+                    html.H2("Telemetry coverage"),
+                    tiles,
+                    html.Ul([html.Li(w) for w in warnings], className="gw-warnings")
+                    if warnings
+                    else html.P("no coverage warnings", className="gw-muted"),
+                ],
+                className="gw-card",
+            ),
+            table(
+                "health-coverage",
+                "Nodes with telemetry gaps in the window",
+                COVERAGE_COLUMNS,
+                records(coverage_rows(view)),
+                empty_text="every node reported at every sample",
+            ),
+        ]
+    )
+
+
+def _health(loaded: Loaded) -> Timed | None:
+    return current_store().health(loaded.view.window) if loaded.view is not None else None
+
+
+@exporter("health-events")
+def _export_events(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    timed = _health(loaded)
+    frame = timed.frame if timed and timed.frame is not None else pd.DataFrame(columns=list(HEALTH_COLUMNS))
+    return Export(frame=events(loaded.view, gpu_table(loaded.view, frame)))
+
+
+@exporter("health-coverage")
+def _export_coverage(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return Export(frame=coverage_rows(loaded.view))
+
+
+def render(search: str | None, metric: str) -> tuple[Any, ...]:
+    filters, loaded = load(search)
+    view = loaded.view
+    timed = _health(loaded)
+    outage = loaded.outage or (timed.outage if timed else None)
+    shown = banner(outage, view.window if view else None, view.computed_at if view else None)
+    text = as_of(loaded, filters)
+    if view is None or timed is None:
+        return shown, text, figures.empty("no data yet"), None, None
+    if timed.frame is None:
+        return shown, text, figures.empty("device telemetry unavailable"), None, _coverage(view)
+    last = timed.frame["timestamp"].max() if len(timed.frame) else None
+    if last is not None and not pd.isna(last):
+        text += f" · device telemetry at {pd.Timestamp(last):%Y-%m-%d %H:%M} UTC"
+    gpus = gpu_table(view, timed.frame)
+    heat = figures.health_heatmap(_cells(gpus, metric), metric)
+    event_rows = records(events(view, gpus))
+    event_table = table(
+        "health-events", "Health events", EVENT_COLUMNS, event_rows, empty_text="no health events"
+    )
+    return shown, text, heat, event_table, _coverage(view)
+
+
+@callback(
+    Output(ids.HEALTH_BANNER, "children"),
+    Output(ids.HEALTH_AS_OF, "children"),
+    Output(ids.HEALTH_HEATMAP, "figure"),
+    Output(ids.HEALTH_EVENTS, "children"),
+    Output(ids.HEALTH_COVERAGE, "children"),
+    Input(ids.URL, "search"),
+    Input(ids.HEALTH_METRIC, "value"),
+    Input(ids.REFRESH, "n_intervals"),
+)
+def update(search: str | None, metric: str | None, _n: int) -> tuple[Any, ...]:
+    return render(search, metric or "util")

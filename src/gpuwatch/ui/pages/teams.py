@@ -1,0 +1,100 @@
+"""Teams page: per team GPUs held, GPU-hours allocated vs used, efficiency, waste, quota use and trend."""
+
+from typing import Any
+
+import dash
+import pandas as pd
+from dash import Input, Output, callback, dcc, html
+
+from gpuwatch.ui import figures, ids
+from gpuwatch.ui.components import Column, as_of, load, loaded_banner, page, table
+from gpuwatch.ui.data import Loaded, View
+from gpuwatch.ui.downloads import Export, exporter
+from gpuwatch.ui.filters import Filters, to_query
+from gpuwatch.ui.rows import quota_frame, quota_text, team_rows
+
+dash.register_page(__name__, path="/teams", name="Teams", title="gpuwatch · Teams", order=4)
+
+SPARK_CONFIG: Any = {"staticPlot": True, "displayModeBar": False}
+
+
+def layout(**_query: str) -> html.Div:
+    return page(
+        "Teams",
+        "Per team: GPUs held, GPU-hours allocated vs used, efficiency, idle waste, quota use. "
+        "Click a team for its trend and workloads.",
+        html.Div(id=ids.TEAMS_TABLE),
+        as_of_id=ids.TEAMS_AS_OF,
+        banner_id=ids.TEAMS_BANNER,
+    )
+
+
+COLUMNS = [
+    Column("team", "team", href=lambda r: f"/teams/{r['team']}"),
+    Column("gpus_now", "GPUs now", "num"),
+    Column("quota", "quota (GPU requests)"),
+    Column("allocated_gpu_hours", "allocated GPU-h", "num"),
+    Column("used_gpu_hours", "used GPU-h", "num"),
+    Column("efficiency", "efficiency", "pct"),
+    Column("idle_gpu_hours", "idle GPU-h", "num"),
+    Column("cost_usd", "cost $", "usd"),
+    Column("waste_usd", "waste $", "usd"),
+    Column("pods", "pods", "int"),
+    Column("trend", "trend: held · used"),
+]
+
+
+def _sparklines(view: View) -> dict[str, dcc.Graph]:
+    timeline = view.team_timeline()
+    return {
+        str(team): dcc.Graph(
+            figure=figures.sparkline(rows),
+            config=SPARK_CONFIG,
+            className="gw-spark",
+            style={"height": "34px", "width": "150px"},
+        )
+        for team, rows in timeline.groupby("team", sort=False)
+    }
+
+
+@exporter("teams")
+def _export_teams(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return Export(frame=pd.DataFrame(team_rows(loaded.view, quota_frame())))
+
+
+def render(search: str | None) -> tuple[Any, ...]:
+    filters, loaded = load(search)
+    view = loaded.view
+    head = (loaded_banner(loaded), as_of(loaded, filters))
+    if view is None:
+        return (*head, None)
+    sparks = _sparklines(view)
+    rows = [
+        {**r, "quota": quota_text(r), "trend": sparks.get(r["team"])} for r in team_rows(view, quota_frame())
+    ]
+    return (
+        *head,
+        table(
+            "teams",
+            "Teams by idle waste",
+            COLUMNS,
+            rows,
+            limit=100,
+            empty_text="no team held GPUs in this window",
+            query=to_query(filters),
+            note="Efficiency = used ÷ allocated GPU-hours. Quota: GPU requests now vs the ResourceQuotas "
+            "of the team's namespaces.",
+        ),
+    )
+
+
+@callback(
+    Output(ids.TEAMS_BANNER, "children"),
+    Output(ids.TEAMS_AS_OF, "children"),
+    Output(ids.TEAMS_TABLE, "children"),
+    Input(ids.URL, "search"),
+    Input(ids.REFRESH, "n_intervals"),
+)
+def update(search: str | None, _n: int) -> tuple[Any, ...]:
+    return render(search)

@@ -1,0 +1,164 @@
+"""Waste page: what idle, unallocated and stranded GPUs cost, by team, namespace and workload."""
+
+from typing import Any
+
+import dash
+import pandas as pd
+from dash import Input, Output, callback, html
+
+from gpuwatch.ui import figures, ids
+from gpuwatch.ui.components import (
+    as_of,
+    capacity_kpi,
+    graph,
+    kpi,
+    load,
+    loaded_banner,
+    num,
+    page,
+    pct,
+    table,
+    usd,
+)
+from gpuwatch.ui.data import Loaded, View
+from gpuwatch.ui.downloads import Export, exporter, report_group
+from gpuwatch.ui.filters import Filters, to_query
+from gpuwatch.ui.rows import IDLE_COLUMNS, NAMESPACE_COLUMNS, TEAM_COLUMNS, WORKLOAD_COLUMNS, idle_rows
+
+dash.register_page(__name__, path="/waste", name="Waste", title="gpuwatch · Waste", order=3)
+
+
+def layout(**_query: str) -> html.Div:
+    return page(
+        "Waste",
+        "GPU-hours and dollars allocated but idle, unallocated or stranded — and who holds idle GPUs now.",
+        html.Div(id=ids.WASTE_KPIS, className="gw-kpis"),
+        html.Div(
+            [
+                graph(
+                    ids.WASTE_LEDGER, "Ledger in dollars", note="GE-hours of each state × the pool's price."
+                ),
+                graph(
+                    ids.WASTE_TREEMAP,
+                    "Idle-allocated dollars: team → namespace → workload",
+                    note="Click a team or namespace to zoom in.",
+                    height=420,
+                ),
+            ],
+            className="gw-grid-2",
+        ),
+        html.Div(id=ids.WASTE_TABLES),
+        as_of_id=ids.WASTE_AS_OF,
+        banner_id=ids.WASTE_BANNER,
+    )
+
+
+def _kpis(view: View, filters: Filters) -> list[html.Div]:
+    fleet = view.report["fleet"]
+    idle_now = sum(1 for r in idle_rows(view) if r["idle_now"])
+    return [
+        kpi("idle-allocated waste", usd(fleet["waste_usd"]), "waste", tone="gw-warn"),
+        kpi("idle GPU-hours", num(fleet["ledger_gpu_hours"]["allocated_idle"]), "idle-hours"),
+        capacity_kpi(filters, "unallocated $", usd(fleet["unallocated_cost_usd"]), "unallocated"),
+        capacity_kpi(filters, "stranded $", usd(fleet["stranded_cost_usd"]), "stranded", tone="gw-bad"),
+        kpi("allocated cost", usd(fleet["cost_usd"]), "cost"),
+        kpi("efficiency", pct(fleet["efficiency"]), "efficiency", hint="used ÷ allocated GPU-hours"),
+        kpi("workloads idle now", f"{idle_now}", "idle-now", tone="gw-warn" if idle_now else ""),
+    ]
+
+
+def _tables(view: View, query: str) -> list[html.Section]:
+    report = view.report
+    return [
+        table(
+            "waste-idle",
+            "Top idle workloads",
+            IDLE_COLUMNS,
+            idle_rows(view),
+            limit=25,
+            empty_text="no workload is idle",
+            query=query,
+            note="Idle: every GPU the workload holds stayed below the idle threshold for the whole idle "
+            "window. Dollars are this window's idle-allocated GE-hours × price.",
+        ),
+        table(
+            "waste-teams",
+            "Waste by team",
+            TEAM_COLUMNS,
+            report["teams"],
+            empty_text="no GPU workloads",
+            query=query,
+        ),
+        table(
+            "waste-namespaces",
+            "Waste by namespace",
+            NAMESPACE_COLUMNS,
+            report["namespaces"],
+            limit=25,
+            empty_text="no GPU workloads",
+            query=query,
+        ),
+        table(
+            "waste-workloads",
+            "Waste by workload",
+            WORKLOAD_COLUMNS,
+            report["workloads"],
+            limit=25,
+            empty_text="no GPU workloads",
+            query=query,
+        ),
+    ]
+
+
+@exporter("waste-idle")
+def _export_idle(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return Export(frame=pd.DataFrame(idle_rows(loaded.view)))
+
+
+@exporter("waste-teams")
+def _export_teams(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return report_group(loaded.view.report, "team")
+
+
+@exporter("waste-namespaces")
+def _export_namespaces(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return report_group(loaded.view.report, "namespace")
+
+
+@exporter("waste-workloads")
+def _export_workloads(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return report_group(loaded.view.report, "workload")
+
+
+def render(search: str | None) -> tuple[Any, ...]:
+    filters, loaded = load(search)
+    view = loaded.view
+    head = (loaded_banner(loaded), as_of(loaded, filters))
+    if view is None:
+        blank = figures.empty("no data yet")
+        return (*head, [], blank, blank, None)
+    return (
+        *head,
+        _kpis(view, filters),
+        figures.ledger_usd_bar(view.state_usd()),
+        figures.waste_treemap(view.report["workloads"]),
+        _tables(view, to_query(filters)),
+    )
+
+
+@callback(
+    Output(ids.WASTE_BANNER, "children"),
+    Output(ids.WASTE_AS_OF, "children"),
+    Output(ids.WASTE_KPIS, "children"),
+    Output(ids.WASTE_LEDGER, "figure"),
+    Output(ids.WASTE_TREEMAP, "figure"),
+    Output(ids.WASTE_TABLES, "children"),
+    Input(ids.URL, "search"),
+    Input(ids.REFRESH, "n_intervals"),
+)
+def update(search: str | None, _n: int) -> tuple[Any, ...]:
+    return render(search)

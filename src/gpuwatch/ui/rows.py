@@ -1,0 +1,95 @@
+"""Rows and columns several pages show: usage tables, idle workloads, teams with quotas."""
+
+from typing import Any
+
+import pandas as pd
+
+from gpuwatch.ui.components import Column, current_store, records
+from gpuwatch.ui.data import View, since_text
+
+
+def team_link(row: Any) -> str:
+    return f"/teams/{row['team']}"
+
+
+USAGE_COLUMNS = [
+    Column("allocated_gpu_hours", "allocated GPU-h", "num"),
+    Column("used_gpu_hours", "used GPU-h", "num"),
+    Column("idle_gpu_hours", "idle GPU-h", "num"),
+    Column("efficiency", "efficiency", "pct"),
+    Column("cost_usd", "cost $", "usd"),
+    Column("waste_usd", "waste $", "usd"),
+    Column("pods", "pods", "int"),
+]
+TEAM_COLUMNS = [Column("team", "team", href=team_link), *USAGE_COLUMNS]
+NAMESPACE_COLUMNS = [Column("namespace", "namespace"), Column("team", "team", href=team_link), *USAGE_COLUMNS]
+WORKLOAD_COLUMNS = [
+    Column("namespace", "namespace"),
+    Column("pod", "pod"),
+    Column("team", "team", href=team_link),
+    Column("node", "node"),
+    Column("gpus", "GPUs", "num"),
+    Column("allocated_gpu_hours", "allocated GPU-h", "num"),
+    Column("used_gpu_hours", "used GPU-h", "num"),
+    Column("idle_gpu_hours", "idle GPU-h", "num"),
+    Column("waste_usd", "waste $", "usd"),
+    Column("idle_since", "idle since", "time"),
+]
+IDLE_COLUMNS = [
+    Column("namespace", "namespace"),
+    Column("pod", "pod"),
+    Column("team", "team", href=team_link),
+    Column("node", "node"),
+    Column("pool", "pool"),
+    Column("gpus", "GPUs", "num"),
+    Column("idle_since", "idle since", "time"),
+    Column("idle_for", "idle for"),
+    Column("idle_gpu_hours", "idle GPU-h", "num"),
+    Column("waste_usd", "waste $ so far", "usd"),
+]
+
+
+def idle_rows(view: View) -> list[dict[str, Any]]:
+    """Workloads idle at their last sample, by waste: those still holding GPUs first ("idle now")."""
+    end = view.window.end
+    held = view.held_at_end()
+    rows = []
+    for w in view.report["workloads"]:
+        if w["idle_since"] is None:
+            continue
+        now = (w["namespace"], w["pod"]) in held
+        since = pd.Timestamp(w["idle_since"]).to_pydatetime()
+        rows.append({**w, "idle_for": since_text(since, end) if now else "ended idle", "idle_now": now})
+    return sorted(rows, key=lambda r: (not r["idle_now"], -r["waste_usd"]))
+
+
+def quota_frame() -> pd.DataFrame | None:
+    """Quotas per team now (None while they cannot be read)."""
+    return current_store().quotas().frame
+
+
+def team_rows(view: View, quotas: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The report's teams with GPUs held now and quota use (GPU requests used ÷ hard, all namespaces)."""
+    held = view.held_now()
+    quota = {} if quotas is None else {str(r["team"]): r for r in records(quotas)}
+    rows = []
+    for t in view.report["teams"]:
+        q = quota.get(t["team"])
+        hard = float(q["quota_gpus"]) if q is not None else None
+        used = float(q["used_gpus"]) if q is not None else None
+        rows.append(
+            {
+                **t,
+                "gpus_now": held.get(t["team"], 0.0),
+                "quota_gpus": hard,
+                "quota_used_gpus": used,
+                "quota_use": used / hard if hard and used is not None else None,
+            }
+        )
+    return rows
+
+
+def quota_text(row: dict[str, Any]) -> str:
+    if row.get("quota_gpus") is None:
+        return "no quota"
+    return f"{row['quota_used_gpus']:g} / {row['quota_gpus']:g} ({row['quota_use']:.0%})"

@@ -1,0 +1,63 @@
+"""Device health for the /health page read live from a real Prometheus equals the simulated fleet's."""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpuwatch.config import load_settings
+from gpuwatch.service import FleetService, SimulatedSources, gpu_health, health_samples, health_window
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from tests.integration.prom import PrometheusFactory
+
+pytestmark = pytest.mark.integration
+END = datetime(2026, 11, 20, tzinfo=UTC)
+TOKEN = "health-token"
+METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+)
+VALUES = ["temp_celsius", "power_watts", "fb_used_bytes", "fb_free_bytes", "xid_last", "row_remap_failure"]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> SimulatedFleet:
+    return build_demo_fleet(seed=7, end=END, days=0.25)
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with KubeApiServer(fleet, token=TOKEN) as server:
+        path: Path = tmp_path_factory.mktemp("kube") / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        yield str(path)
+
+
+def test_live_health_equals_the_simulated_fleets(
+    fleet: SimulatedFleet, kubeconfig: str, prometheus_factory: PrometheusFactory
+) -> None:
+    prom = prometheus_factory(fleet, layout="servicemonitor", metrics=METRICS)
+    settings = load_settings(flags={"prometheus_url": prom.url, "kubeconfig": kubeconfig}, env={})
+    live = FleetService.live(settings)
+    window = live.window(days=0.25, end=END)
+    got = gpu_health(live, window)
+    want = health_samples(SimulatedSources(fleet), health_window(window))
+    key = ["node", "uuid", "gpu_instance_id"]
+    assert len(want) == len(fleet.gpus) - 8  # the NotReady node's exporter serves nothing
+    merged = want.merge(got, on=key, how="outer", suffixes=("_sim", "_live"), indicator=True)
+    assert set(merged["_merge"]) == {"both"}
+    for column in VALUES:
+        pd.testing.assert_series_equal(
+            merged[f"{column}_live"], merged[f"{column}_sim"], check_names=False, rtol=1e-9
+        )
+    assert (merged["ge_live"] == merged["ge_sim"]).all()
+    assert set(merged.loc[merged["xid_last_live"] > 0, "xid_last_live"]) == {79.0, 13.0}
