@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, backfilled_prometheus
 
 DEMO_END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -61,3 +62,13 @@ def demo_prometheus(prometheus_factory: PrometheusFactory) -> BackfilledPromethe
     """The demo fleet (seed 42, one day to 2026-11-20, 60 s step) in a ServiceMonitor-layout Prometheus."""
     fleet = build_demo_fleet(seed=42, end=DEMO_END, days=1, step_seconds=60)
     return prometheus_factory(fleet, layout="servicemonitor", metrics=DEMO_METRICS)
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A kubeconfig for the Kubernetes API test server serving the requesting module's `fleet`."""
+    token = "integration-token"
+    with KubeApiServer(fleet, token=token) as server:
+        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=token)
+        yield str(path)

@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,14 +20,6 @@ TOKEN = "check-token"
 @pytest.fixture(scope="module")
 def fleet() -> SimulatedFleet:
     return build_demo_fleet(seed=9, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.25)
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with KubeApiServer(fleet, token=TOKEN) as server:
-        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
-        yield str(path)
 
 
 def test_check_reports_discovery_rbac_and_coverage(

@@ -3,7 +3,6 @@
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,24 +15,14 @@ from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
 from gpuwatch.exporter import ExportLoop, GpuwatchCollector
 from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import PrometheusFactory, free_port
 
 pytestmark = pytest.mark.integration
-TOKEN = "export-token"
 
 
 @pytest.fixture(scope="module")
 def fleet() -> SimulatedFleet:
     return build_demo_fleet(seed=5, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.25)
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with KubeApiServer(fleet, token=TOKEN) as server:
-        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
-        yield str(path)
 
 
 def _families(loop: ExportLoop) -> dict[str, list[tuple[dict[str, str], float]]]:

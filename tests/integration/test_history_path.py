@@ -15,7 +15,6 @@ one step: history has the wait as the exporter's latest cycle published it, the 
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,13 +27,11 @@ from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
 from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
 UTIL = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-TOKEN = "history-token"
 REL = 0.02  # the tolerance; measured differences are float rounding (~1e-13)
 Report = dict[str, Any]
 SECTIONS = {
@@ -54,14 +51,6 @@ def fleet() -> SimulatedFleet:
 @pytest.fixture(scope="module")
 def prom(fleet: SimulatedFleet, prometheus_factory: PrometheusFactory) -> BackfilledPrometheus:
     return prometheus_factory(fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True)
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with KubeApiServer(fleet, token=TOKEN) as server:
-        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
-        yield str(path)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ Per label layout of SPEC §2, the per-team allocated and used GPU-hours equal th
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,26 +13,16 @@ import pandas as pd
 import pytest
 
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
 UTIL = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-TOKEN = "live-token"
 
 
 @pytest.fixture(scope="module")
 def fleet() -> SimulatedFleet:
     return build_demo_fleet(seed=11, end=END, days=0.5)
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with KubeApiServer(fleet, token=TOKEN) as server:
-        path = tmp_path_factory.mktemp("kube") / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
-        yield str(path)
 
 
 def _report(prom: BackfilledPrometheus, kubeconfig: str, fleet: SimulatedFleet, *extra: str) -> dict:  # type: ignore[type-arg]
