@@ -66,18 +66,19 @@ def build(gpus: int, samples: int, step: int, seed: int) -> tuple[pd.DataFrame, 
     pool = node % len(POOLS)
     times = start + pd.to_timedelta(np.arange(samples) * step, unit="s")
     node_names = pd.Categorical.from_codes(node, [f"node-{i:05d}" for i in range(n_nodes)])
+    # Key columns as the join emits them: categoricals (team and pool are plain strings).
     attributed = pd.DataFrame(
         {
             "timestamp": times[sample],
-            "namespace": pd.Categorical.from_codes(team, [f"ns-{i}" for i in range(12)]).astype("str"),
-            "pod": pd.Categorical.from_codes(pod, [f"pod-{i:06d}" for i in range(n_pods)]).astype("str"),
+            "namespace": pd.Categorical.from_codes(team, [f"ns-{i}" for i in range(12)]),
+            "pod": pd.Categorical.from_codes(pod, [f"pod-{i:06d}" for i in range(n_pods)]),
             "team": pd.Categorical.from_codes(team, [f"team-{i}" for i in range(12)]).astype("str"),
-            "node": node_names.astype("str"),
+            "node": node_names,
             "pool": pd.Categorical.from_codes(pool, list(POOLS)).astype("str"),
             "uuid": pd.Categorical.from_codes(
                 node * GPUS_PER_NODE + gpu, [f"GPU-{i:08x}" for i in range(n_nodes * GPUS_PER_NODE)]
-            ).astype("str"),
-            "gpu_instance_id": pd.Series("", index=range(len(pod)), dtype="str"),
+            ),
+            "gpu_instance_id": pd.Categorical.from_codes(np.zeros(len(pod), dtype=np.int64), [""]),
             "ge_share": np.ones(len(pod)),
             "util_ratio": util,
         }

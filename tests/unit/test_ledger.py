@@ -423,3 +423,40 @@ def test_efficiency_is_unknown_when_nothing_is_allocated() -> None:
     assert summary["allocated_gpu_hours"].iloc[0] == 0.0
     assert math.isnan(summary["efficiency"].iloc[0])
     assert len(usage_summary(IDLE_MARKED.empty(), step_seconds=60, by="team")) == 0
+
+
+def test_usage_on_categorical_keys_equals_usage_on_strings() -> None:
+    """The join emits categorical keys (with categories no row uses): same groups, same numbers."""
+    from gpuwatch.analytics.ledger import usage_summary
+
+    t = pd.Timestamp("2026-11-20", tz="UTC")
+    frame = pd.DataFrame(
+        {
+            "timestamp": [t, t, t + pd.Timedelta(minutes=1)],
+            "namespace": ["b", "a", "a"],
+            "pod": ["p2", "p1", "p1"],
+            "team": ["y", "x", "x"],
+            "node": ["n1", "n1", "n1"],
+            "pool": ["P", "P", "P"],
+            "uuid": ["u2", "u1", "u1"],
+            "gpu_instance_id": ["", "", ""],
+            "ge_share": [1.0, 0.5, 0.5],
+            "util_ratio": [0.2, float("nan"), 0.4],
+            "idle": [False, False, True],
+            "low_util_since": pd.Series([pd.NaT] * 3, dtype="datetime64[ns, UTC]"),
+        }
+    )
+    categorical = frame.astype(
+        {
+            "namespace": pd.CategoricalDtype(["a", "b", "unused"]),
+            "pod": pd.CategoricalDtype(["p0", "p1", "p2"]),
+            "uuid": pd.CategoricalDtype(["u1", "u2"]),
+        }
+    )
+    for by in ("namespace", "workload"):
+        plain = usage_summary(frame, step_seconds=60, by=by)
+        coded = usage_summary(categorical, step_seconds=60, by=by)
+        keys = ["namespace"] if by == "namespace" else ["namespace", "pod"]
+        coded[keys] = coded[keys].astype("str")
+        pd.testing.assert_frame_equal(plain, coded, check_dtype=False)
+        assert coded["namespace"].tolist() == ["a", "b"]  # no row for the unused category

@@ -309,7 +309,16 @@ def group_codes(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[Int64s, pd
 
 def _factorize(values: "pd.Series[Any]") -> tuple[Int64s, pd.Index]:
     """pd.factorize (NaN a value like any other), skipping the hashing for a column of one value (say
-    gpu_instance_id "" on a fleet without MIG)."""
+    gpu_instance_id "" on a fleet without MIG). A categorical column (the join's keys) is numbered
+    from its codes, with the categories no row uses left out."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        raw = values.cat.codes.to_numpy().astype(np.int64)
+        categories = values.cat.categories
+        raw = np.where(raw < 0, len(categories), raw)  # NaN: one more key
+        present = np.bincount(raw, minlength=len(categories) + 1) > 0
+        dense = (np.cumsum(present) - 1)[raw]
+        distinct = categories.append(pd.Index([np.nan]))[np.flatnonzero(present)]
+        return dense.astype(np.int64), pd.Index(distinct)
     if len(values) and not pd.isna(first := values.iloc[0]):
         head = values.iloc[:1024]
         if (head == first).all() and (values == first).all():
