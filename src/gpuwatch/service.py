@@ -44,25 +44,6 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FleetSnapshot:
-    """Basic fleet numbers at the end of a window (the full ledger lives in the report)."""
-
-    as_of: datetime
-    nodes: int
-    gpus: int
-    pools: tuple[str, ...]
-    teams: tuple[str, ...]
-    gpus_allocated_now: float
-    pods_running: int
-    pods_pending: int
-    mean_util_ratio: float  # of allocated GPUs with telemetry over the last day; NaN when none reported
-    nodes_not_ready: int
-    nodes_cordoned: int
-    capacity_by_pool: Mapping[str, float]  # physical GPUs
-    allocated_by_pool: Mapping[str, float]  # GE held by running pods
-
-
 def demo_settings(settings: Settings | None = None) -> Settings:
     """The demo fleet's settings: notebooks belongs to data-science (SPEC §4.1), demo prices."""
     base = settings or Settings()
@@ -204,34 +185,6 @@ class FleetService:
             while len(self._cache) > self._cache_size:
                 self._cache.pop(next(iter(self._cache)))
         return result
-
-    def snapshot(self) -> FleetSnapshot:
-        """Headline numbers now: nodes and pods from the API server, utilization over the last day."""
-        state = self.sources.cluster_state()
-        running = pods_frame(state, self.settings.teams)
-        pending = pods_frame(state, self.settings.teams, phase="Pending")
-        analysis = self.analysis(self.window(days=1))
-        util = analysis.marked["util_ratio"]
-        nodes = nodes_frame(state)
-        return FleetSnapshot(
-            as_of=analysis.window.end,
-            nodes=len(nodes),
-            gpus=int(nodes["capacity_ge"].sum()),
-            pools=tuple(sorted(nodes["pool"].unique())),
-            teams=tuple(sorted(set(running["team"]) | set(pending["team"]))),
-            gpus_allocated_now=float(running["requested_ge"].sum()),
-            pods_running=len(running),
-            pods_pending=len(pending),
-            mean_util_ratio=float(util.mean()) if util.notna().any() else float("nan"),
-            nodes_not_ready=int((~nodes["ready"]).sum()),
-            nodes_cordoned=int((~nodes["schedulable"]).sum()),
-            capacity_by_pool={
-                str(k): float(v) for k, v in nodes.groupby("pool")["capacity_ge"].sum().items()
-            },
-            allocated_by_pool={
-                str(k): float(v) for k, v in running.groupby("pool")["requested_ge"].sum().items()
-            },
-        )
 
 
 # ---------------------------------------------------------------------------------------------

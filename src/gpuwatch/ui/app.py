@@ -19,8 +19,6 @@ from gpuwatch.ui.data import ViewStore
 from gpuwatch.ui.downloads import register_download_callback
 from gpuwatch.ui.filters import CUSTOM, PRESETS, Filters, format_time, from_controls, parse_query, to_query
 
-SERVICE_KEY = "GPUWATCH_SERVICE"
-
 
 def create_app(
     service: FleetService | None = None,
@@ -47,7 +45,6 @@ def create_app(
         suppress_callback_exceptions=True,
     )
     store = ViewStore(service, refresh_seconds=refresh_seconds)
-    app.server.config[SERVICE_KEY] = service
     app.server.config[STORE_KEY] = store
     app.layout = _shell(service, refresh_seconds)
     _register_shell_callbacks()
@@ -57,13 +54,6 @@ def create_app(
     if warm:
         store.warm()
     return app
-
-
-def current_service() -> FleetService:
-    """The FleetService of the app serving the current request (callbacks run inside Flask)."""
-    service = flask.current_app.config[SERVICE_KEY]
-    assert isinstance(service, FleetService)
-    return service
 
 
 # -- basic auth -----------------------------------------------------------------------------------------
