@@ -1,13 +1,16 @@
 """Benchmark: read a week of a 1,000-GPU fleet's utilization from a real Prometheus, three ways.
 
-The simulated fleet (default 1,000 GPUs, 7 days at a 5-min step) is backfilled into a Prometheus TSDB
-with promtool, then the per-GPU-unit utilization table (one row per sample, unit and workload; PROF when
-the unit reports it, else GPU_UTIL/100) is produced by
-  (a) gpuwatch: PrometheusSource.gpu_samples(window) — server-side aggregation, chunked range queries;
+The simulated fleet (default 1,000 GPUs over 7 days, scraped every 60 s) is backfilled into a
+Prometheus TSDB with promtool, then the per-GPU-unit utilization table at a 5-min step (one row per
+step, unit and workload: the mean of the step's scrapes; PROF when the unit reports it, else
+GPU_UTIL/100) is produced by
+  (a) gpuwatch: PrometheusSource.gpu_samples(window): avg_over_time per alias on the server, chunked
+      range queries (a few at once), label work per series on the client;
   (b) naive: prometheus-api-client get_metric_range_data (chunk_size 1 day) for both metrics,
-      MetricRangeDataFrame, then pandas groupby/merge to the same table (checked equal to (a));
-  (c) bare: requests.get(/api/v1/query_range) with gpuwatch's own query in gpuwatch's chunks,
-      JSON-decoded, nothing else: the floor for that query.
+      MetricRangeDataFrame, pandas groupby to steps a day at a time, then a merge to the same table
+      (checked equal to (a));
+  (c) bare: gpuwatch's range queries (same chunks, as many at once) with plain requests, JSON-decoded,
+      nothing else: the floor for that data.
 Every run is a fresh child process; approaches take turns, `--runs` rounds. Printed: median wall-clock
 seconds (and the client's and Prometheus' CPU seconds), the ratios naive/gpuwatch (target >= 10x) and
 gpuwatch/bare (target <= 1.5x), rows produced, each child's peak RSS, and the set-up (simulate,
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,9 +46,8 @@ import pandas as pd
 import requests
 
 from gpuwatch.model import MAX_POINTS_PER_SERIES, Window
-from gpuwatch.sources import promql
-from gpuwatch.sources.dcgm import ExporterPods
-from gpuwatch.sources.prometheus import MAX_CHUNK_SECONDS, PrometheusSource
+from gpuwatch.sources.dcgm import UTIL_FIELDS, ExporterPods
+from gpuwatch.sources.prometheus import MAX_CHUNK_SECONDS, MAX_CONCURRENT_QUERIES, PrometheusSource
 
 ROOT = Path(__file__).resolve().parents[1]
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -75,6 +78,7 @@ def fleet_params(args: argparse.Namespace) -> dict[str, Any]:
         "gpus": args.gpus,
         "days": args.days,
         "step_seconds": args.step,
+        "scrape_seconds": args.scrape,
         "seed": args.seed,
         "end": END.isoformat(),
         "metrics": list(METRICS),
@@ -224,34 +228,37 @@ def run_gpuwatch(url: str, window: Window, exporters: ExporterPods) -> tuple[int
 def run_naive(
     url: str, window: Window, exporters: ExporterPods, chunk: timedelta
 ) -> tuple[int, pd.DataFrame]:
-    """What a user writes with prometheus-api-client: raw samples per metric into MetricRangeDataFrame,
-    then pandas to one row per 5-min step, unit and workload (PROF if the unit has it, else GPU_UTIL/100)."""
+    """What a user writes with prometheus-api-client: raw samples per metric and `chunk` of the window
+    into MetricRangeDataFrame, pandas to one row per step, unit and workload (a chunk at a time, else a
+    week of raw samples does not fit in memory), then PROF where the unit has it, else GPU_UTIL/100."""
     from prometheus_api_client import MetricRangeDataFrame, PrometheusConnect
 
     prom = PrometheusConnect(url=url, disable_ssl=True, timeout=600)
     step = f"{window.step_seconds}s"
-    tables = {}
-    for metric in (PROF, DEV):
-        data = prom.get_metric_range_data(
-            metric, start_time=window.start, end_time=window.end, chunk_size=chunk
-        )
-        df = MetricRangeDataFrame(data).reset_index()
-        del data
-        df["timestamp"] = df["timestamp"].dt.tz_localize("UTC")
-        host = df["Hostname"] if "hostname" not in df else df["Hostname"].fillna(df["hostname"])
-        df["node"] = host.map(exporters.node_by_pod).fillna(host)  # exporter pod name -> its node
-        df["uuid"] = df["UUID"]
-        df["gpu_instance_id"] = df["GPU_I_ID"].fillna("") if "GPU_I_ID" in df else ""
-        for column in ("namespace", "pod", "container"):
-            df[column] = df[f"exported_{column}"].fillna("")
-        if metric == DEV:
-            df["value"] = df["value"] / 100
-        # 5-min buckets per unit and workload; copies of a time-sliced GPU (vgpu) are averaged.
-        tables[metric] = (
-            df.groupby([pd.Grouper(key="timestamp", freq=step), *KEY[1:]])["value"].mean().reset_index()
-        )
-        del df
-    prof, dev = tables[PROF], tables[DEV]
+    tables: dict[str, list[pd.DataFrame]] = {PROF: [], DEV: []}
+    begin = window.start
+    while begin < window.end:
+        until = min(window.end, begin + chunk)
+        for metric in (PROF, DEV):
+            data = prom.get_metric_range_data(metric, start_time=begin, end_time=until, chunk_size=chunk)
+            df = MetricRangeDataFrame(data).reset_index()
+            del data
+            df["timestamp"] = df["timestamp"].dt.tz_localize("UTC")
+            host = df["Hostname"] if "hostname" not in df else df["Hostname"].fillna(df["hostname"])
+            df["node"] = host.map(exporters.node_by_pod).fillna(host)  # exporter pod name -> its node
+            df["uuid"] = df["UUID"]
+            df["gpu_instance_id"] = df["GPU_I_ID"].fillna("") if "GPU_I_ID" in df else ""
+            for column in ("namespace", "pod", "container"):
+                df[column] = df[f"exported_{column}"].fillna("")
+            if metric == DEV:
+                df["value"] = df["value"] / 100
+            # Step buckets per unit and workload; copies of a time-sliced GPU (vgpu) are averaged.
+            tables[metric].append(
+                df.groupby([pd.Grouper(key="timestamp", freq=step), *KEY[1:]])["value"].mean().reset_index()
+            )
+            del df
+        begin = until
+    prof, dev = (pd.concat(tables[m], ignore_index=True) for m in (PROF, DEV))
     units = ["node", "uuid", "gpu_instance_id"]
     with_prof = prof.loc[prof["value"].notna(), units].drop_duplicates()
     dev = dev.merge(with_prof, on=units, how="left", indicator=True)
@@ -262,14 +269,18 @@ def run_naive(
 
 
 def run_bare(url: str, window: Window) -> tuple[int, None]:
-    """The floor: gpuwatch's aggregated query over plain HTTP in the chunks gpuwatch requests (at most
-    11,000 points and a day each), JSON-decoded, points counted; nothing else."""
+    """The floor: gpuwatch's range queries (same aliases, chunks and concurrency) over plain HTTP,
+    JSON-decoded, points counted; nothing else."""
+    planner = PrometheusSource(url)
+    queries = [query for _, query in planner.alias_queries(window, UTIL_FIELDS)]
+    planner.close()
     step = window.step_seconds
-    query = promql.gpu_util_query(step_seconds=step)
     first = window.start + timedelta(seconds=step)  # sample i is evaluated at t_i + step
     per_chunk = max(1, min(MAX_POINTS_PER_SERIES, int(MAX_CHUNK_SECONDS // step)))
-    points = 0
-    for a in range(0, window.n_samples, per_chunk):
+    session = requests.Session()
+
+    def fetch(task: tuple[str, int]) -> int:
+        query, a = task
         b = min(window.n_samples, a + per_chunk)
         params = {
             "query": query,
@@ -277,11 +288,13 @@ def run_bare(url: str, window: Window) -> tuple[int, None]:
             "end": (first + timedelta(seconds=(b - 1) * step)).timestamp(),
             "step": step,
         }
-        reply = requests.get(f"{url}/api/v1/query_range", params=params, timeout=600)
+        reply = session.get(f"{url}/api/v1/query_range", params=params, timeout=600)
         reply.raise_for_status()
-        body = reply.json()
-        points += sum(len(s["values"]) for s in body["data"]["result"])
-    return points, None
+        return sum(len(s["values"]) for s in reply.json()["data"]["result"])
+
+    tasks = [(q, a) for q in queries for a in range(0, window.n_samples, per_chunk)]
+    with ThreadPoolExecutor(max_workers=MAX_CONCURRENT_QUERIES) as pool:
+        return sum(pool.map(fetch, tasks)), None
 
 
 def child(args: argparse.Namespace) -> None:
@@ -393,7 +406,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--days", type=float, default=7.0)
-    parser.add_argument("--step", type=int, default=300, help="seconds (default 300)")
+    parser.add_argument("--step", type=int, default=300, help="query step, seconds (default 300)")
+    parser.add_argument(
+        "--scrape",
+        type=int,
+        default=60,
+        help="scrape interval of the stored DCGM series, seconds (default 60; dcgm-exporter collects "
+        "every 30 s by default, so real TSDBs hold at least as many samples)",
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument(
         "--runs", type=int, default=3, help="runs per approach (round robin); medians printed"
@@ -425,12 +445,14 @@ def set_up(args: argparse.Namespace, params: dict[str, Any], tsdb: Path) -> tupl
     from gpuwatch.sources.simulated import build_demo_fleet
 
     began = time.perf_counter()
-    fleet = build_demo_fleet(seed=args.seed, end=END, days=args.days, step_seconds=args.step, gpus=args.gpus)
+    fleet = build_demo_fleet(
+        seed=args.seed, end=END, days=args.days, step_seconds=args.scrape, gpus=args.gpus
+    )
     build_seconds = time.perf_counter() - began
     gpus = sum(n.gpu_count for n in fleet.nodes)
     print(
         f"fleet: {gpus:,} GPUs ({len(fleet.gpus):,} telemetry units), {len(fleet.nodes)} nodes, "
-        f"{fleet.window.n_samples:,} samples of {args.step} s = {args.days:g} days; "
+        f"{fleet.window.n_samples:,} scrapes of {args.scrape} s = {args.days:g} days; "
         f"simulated in {build_seconds:.1f} s"
     )
     spec = {
@@ -512,7 +534,8 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, v
     }
     print()
     print(
-        f"collection of {args.gpus:,} GPUs x {args.days:g} d at {args.step} s, "
+        f"collection of {args.gpus:,} GPUs x {args.days:g} d at a {args.step} s step "
+        f"(scraped every {args.scrape} s), "
         f"median of {args.runs} runs (wall s; client and Prometheus CPU s are medians too):"
     )
     median: dict[str, float] = {}

@@ -419,29 +419,40 @@ def test_basic_auth(fake: Callable[..., FakePrometheus]) -> None:
 
 
 def matrix_reply(request: dict[str, Any], value: str = "50") -> Reply:
-    """A range answer: one DCGM_FI_DEV_GPU_UTIL series (already /100 by the query) at every step."""
+    """A range answer: one series of avg_over_time(DCGM_FI_DEV_GPU_UTIL) (percent) at every step."""
     start, end, step = float(request["start"]), float(request["end"]), float(request["step"].rstrip("s"))
     n = round((end - start) / step) + 1
     values = [[start + k * step, value] for k in range(n)]
-    metric = {"UUID": "GPU-1", "Hostname": "n1", "gpuwatch_field": DEV}
+    metric = {"UUID": "GPU-1", "Hostname": "n1"}
     return ok({"resultType": "matrix", "result": [{"metric": metric, "values": values}]})
+
+
+def util_reply(request: dict[str, Any], *, series: str = "3") -> Reply | None:
+    """gpu_samples' look-ups: GPU_UTIL is the only alias in the window, `series` raw series now."""
+    if request["path"] == "/api/v1/label/__name__/values":
+        return ok([DEV])
+    if request["path"] == "/api/v1/query":
+        return ok(vector(series) if series else vector())
+    return None
+
+
+def range_offsets(server: FakePrometheus, first: float) -> list[tuple[float, float]]:
+    """(start, end) of every range query relative to `first`, in time order (chunks run concurrently)."""
+    ranges = [r for r in server.requests if r["path"] == "/api/v1/query_range"]
+    return sorted((float(r["start"]) - first, float(r["end"]) - first) for r in ranges)
 
 
 def test_range_queries_are_chunked_under_the_points_limit(fake: Callable[..., FakePrometheus]) -> None:
     def reply(request: dict[str, Any]) -> Reply:
-        if request["path"] == "/api/v1/query":
-            return ok(vector("3"))  # series estimate
-        return matrix_reply(request, "0.5")
+        return util_reply(request) or matrix_reply(request, "50")
 
     server = fake(reply)
     start = datetime(2026, 11, 19, tzinfo=UTC)
     window = Window(start=start, end=start + timedelta(minutes=25))
     source = PrometheusSource(server.url, max_points_per_series=10)
     got = source.gpu_samples(window)
-    ranges = [r for r in server.requests if r["path"] == "/api/v1/query_range"]
     # Evaluated at t_i + 60 s for 25 samples: 10 + 10 + 5 points, back to back.
-    first = start.timestamp() + 60
-    assert [(float(r["start"]) - first, float(r["end"]) - first) for r in ranges] == [
+    assert range_offsets(server, start.timestamp() + 60) == [
         (0, 540),
         (600, 1140),
         (1200, 1440),
@@ -454,18 +465,14 @@ def test_range_queries_are_chunked_under_the_points_limit(fake: Callable[..., Fa
 
 def test_range_queries_span_at_most_a_day_by_default(fake: Callable[..., FakePrometheus]) -> None:
     def reply(request: dict[str, Any]) -> Reply:
-        if request["path"] == "/api/v1/query":
-            return ok(vector("3"))
-        return matrix_reply(request, "0.25")
+        return util_reply(request) or matrix_reply(request, "25")
 
     server = fake(reply)
     start = datetime(2026, 11, 19, tzinfo=UTC)
     window = Window(start=start, end=start + timedelta(days=2, hours=1), step_seconds=300)
     got = PrometheusSource(server.url).gpu_samples(window)
-    ranges = [r for r in server.requests if r["path"] == "/api/v1/query_range"]
-    first = start.timestamp() + 300
     day = 86_400
-    assert [(float(r["start"]) - first, float(r["end"]) - first) for r in ranges] == [
+    assert range_offsets(server, start.timestamp() + 300) == [
         (0, day - 300),
         (day, 2 * day - 300),
         (2 * day, 2 * day + 3300),
@@ -477,8 +484,8 @@ def test_range_queries_span_at_most_a_day_by_default(fake: Callable[..., FakePro
 
 def test_a_chunk_refused_for_too_many_samples_is_halved(fake: Callable[..., FakePrometheus]) -> None:
     def reply(request: dict[str, Any]) -> Reply:
-        if request["path"] == "/api/v1/query":
-            return ok(vector())
+        if (looked_up := util_reply(request, series="")) is not None:
+            return looked_up
         if float(request["end"]) - float(request["start"]) > 300:
             return error(422, "execution", "query processing would load too many samples into memory")
         return matrix_reply(request, "NaN")
@@ -493,8 +500,8 @@ def test_a_chunk_refused_for_too_many_samples_is_halved(fake: Callable[..., Fake
 
 def test_gpu_samples_surface_warnings_and_keep_nan(fake: Callable[..., FakePrometheus]) -> None:
     def reply(request: dict[str, Any]) -> Reply:
-        if request["path"] == "/api/v1/query":
-            return ok(vector("1"))
+        if (looked_up := util_reply(request, series="1")) is not None:
+            return looked_up
         status, headers, body = matrix_reply(request, "+Inf")
         payload = json.loads(body)
         payload["warnings"] = ["partial response: 1 of 3 stores unavailable"]

@@ -19,6 +19,7 @@ from gpuwatch.sources.dcgm import (
     resolve_node,
     resolve_workload,
     samples_frame,
+    series_rows,
     to_float,
     unit_rows,
 )
@@ -50,8 +51,12 @@ def parse(text: str) -> list[tuple[dict[str, str], str]]:
 
 
 def rows(text: str, **kwargs: object) -> pd.DataFrame:
+    """gpu_rows of a scrape, its name columns (categoricals of strings) read back as str."""
     frame = samples_frame(parse(text), timestamp=T0)
-    return gpu_rows(frame, **kwargs)  # type: ignore[arg-type]
+    got = gpu_rows(frame, **kwargs)  # type: ignore[arg-type]
+    names = [c for c in got.columns if isinstance(got[c].dtype, pd.CategoricalDtype)]
+    assert all(got[c].cat.categories.dtype == "str" for c in names)
+    return got.astype(dict.fromkeys(names, "str"))
 
 
 def expected(records: list[dict[str, object]], extra: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -452,3 +457,35 @@ def test_catalog_aliases_are_unique_and_convert_to_base_units() -> None:
     _, util = field_of("DCGM_FI_DEV_GPU_UTIL") or (None, None)
     assert util is not None and util.to_base(29.000000000000004) == 0.29000000000000004
     assert field_of("DCGM_FI_DEV_SM_CLOCK") is None
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["one entry per chunk", "chunks merged"])
+def test_a_series_answered_in_overlapping_chunks_is_averaged_not_repeated(merged: bool) -> None:
+    # One GPU_UTIL series in two range-query chunks that both hold t1: one row per timestamp.
+    labels = {"__name__": DEV, "UUID": "GPU-1", "Hostname": "gpu-node-1"}
+    series = [labels] if merged else [labels, dict(labels)]
+    index = np.array([0, 0, 0, 0]) if merged else np.array([0, 0, 1, 1])
+    t1, t2 = T0 + pd.Timedelta(minutes=1), T0 + pd.Timedelta(minutes=2)
+    got = series_rows(series, index, pd.DatetimeIndex([T0, t1, t1, t2]), np.array([10.0, 20.0, 40.0, 60.0]))
+    assert got["timestamp"].tolist() == [T0, t1, t2]
+    assert got["util_ratio"].tolist() == pytest.approx([0.1, 0.3, 0.6])
+    assert set(got["util_source"]) == {DEV}
+
+
+def test_series_in_several_runs_keep_one_row_per_timestamp() -> None:
+    # Two units, each answered in two chunks (runs), chunks already merged: every point is its own row.
+    a = {"__name__": DEV, "UUID": "GPU-1", "Hostname": "gpu-node-1"}
+    b = {"__name__": DEV, "UUID": "GPU-2", "Hostname": "gpu-node-1"}
+    t = [T0 + pd.Timedelta(minutes=k) for k in range(4)]
+    got = series_rows(
+        [a, b],
+        np.array([0, 0, 1, 1, 0, 0, 1, 1]),
+        pd.DatetimeIndex([t[0], t[1], t[0], t[1], t[2], t[3], t[2], t[3]]),
+        np.array([10.0, 20.0, 50.0, 60.0, 30.0, 40.0, 70.0, 80.0]),
+    )
+    by_gpu = {u: g["util_ratio"].tolist() for u, g in got.groupby("uuid", observed=True)}
+    assert by_gpu == {
+        "GPU-1": pytest.approx([0.1, 0.2, 0.3, 0.4]),
+        "GPU-2": pytest.approx([0.5, 0.6, 0.7, 0.8]),
+    }
+    assert got["timestamp"].is_monotonic_increasing

@@ -2,73 +2,20 @@
 
 import re
 import textwrap
+from collections.abc import Sequence
 
 import pytest
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.sources import promql
-from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_GPU_UTIL, EXP_XID_ERRORS_COUNT, PROF_GR_ENGINE_ACTIVE
+from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_GPU_UTIL, EXP_XID_ERRORS_TOTAL, PROF_GR_ENGINE_ACTIVE
 from gpuwatch.sources.promql import Matcher, equals, one_of
 
 INJECTION = 'team"} or vector(1) or {a="'
 
-GPU_UTIL_60S = """\
-label_replace(
-  avg by (
-    UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-    exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name
-  ) (
-    label_replace(label_replace(
-      avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[60s])
-      or avg_over_time(DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO[60s])
-      or avg_over_time(dcgm_fi_prof_gr_engine_active[60s]),
-    "UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")
-  ),
-  "gpuwatch_field", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "", "")
-or ignoring (gpuwatch_field)
-label_replace(
-  avg by (
-    UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-    exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name
-  ) (
-    label_replace(label_replace(
-      avg_over_time(DCGM_FI_DEV_GPU_UTIL[60s]) / 100
-      or avg_over_time(DCGM_FI_DEV_GPU_UTIL_RATIO[60s])
-      or avg_over_time(dcgm_gpu_utilization[60s]) / 100,
-    "UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")
-  ),
-  "gpuwatch_field", "DCGM_FI_DEV_GPU_UTIL", "", "")"""
-
-FB_USED_60S = """\
-label_replace(
-  avg by (
-    UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-    exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name
-  ) (
-    label_replace(label_replace(
-      avg_over_time(DCGM_FI_DEV_FB_USED[60s]) * 1048576
-      or avg_over_time(DCGM_FI_DEV_FB_USED_BYTES[60s])
-      or avg_over_time(dcgm_fb_used[60s]) * 1048576,
-    "UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")
-  ),
-  "gpuwatch_field", "DCGM_FI_DEV_FB_USED", "", "")"""
-
-XID_COUNT_300S = """\
-label_replace(
-  sum by (
-    UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-    exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name
-  ) (
-    max by (
-      UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-      exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name, xid
-    ) (
-      label_replace(label_replace(
-        avg_over_time(DCGM_EXP_XID_ERRORS_COUNT[300s]),
-      "UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")
-    )
-  ),
-  "gpuwatch_field", "DCGM_EXP_XID_ERRORS_COUNT", "", "")"""
+DEV_UNLESS_PROF_60S = """\
+avg_over_time(DCGM_FI_DEV_GPU_UTIL[60s])
+unless on (UUID, uuid, GPU_I_ID, Hostname, hostname) {__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE"}"""
 
 UTIL_NAMES = (
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO|dcgm_fi_prof_gr_engine_active"
@@ -76,16 +23,33 @@ UTIL_NAMES = (
 )
 
 
-def test_gpu_util_query_exact() -> None:
-    assert promql.gpu_util_query(step_seconds=60) == GPU_UTIL_60S
+def dev_unless_prof(step_seconds: int = 60, matchers: Sequence[Matcher] = ()) -> str:
+    return promql.dcgm_alias_query(
+        DEV_GPU_UTIL,
+        "DCGM_FI_DEV_GPU_UTIL",
+        step_seconds=step_seconds,
+        matchers=matchers,
+        unless_metrics=["DCGM_FI_PROF_GR_ENGINE_ACTIVE"],
+    )
 
 
-def test_field_query_exact_with_unit_conversion() -> None:
-    assert promql.dcgm_field_query(DEV_FB_USED, step_seconds=60) == FB_USED_60S
+def test_alias_query_exact() -> None:
+    assert dev_unless_prof() == DEV_UNLESS_PROF_60S
+    # Units are converted client-side per alias: the query reads the stored values as they are.
+    assert promql.dcgm_alias_query(DEV_FB_USED, "dcgm_fb_used", step_seconds=300) == (
+        "avg_over_time(dcgm_fb_used[300s])"
+    )
 
 
-def test_split_field_sums_codes_after_collapsing_copies() -> None:
-    assert promql.dcgm_field_query(EXP_XID_ERRORS_COUNT, step_seconds=300) == XID_COUNT_300S
+def test_counters_read_the_last_value_of_each_step() -> None:
+    assert promql.dcgm_alias_query(EXP_XID_ERRORS_TOTAL, "DCGM_EXP_XID_ERRORS_TOTAL", step_seconds=300) == (
+        "last_over_time(DCGM_EXP_XID_ERRORS_TOTAL[300s])"
+    )
+
+
+def test_alias_query_refuses_a_name_outside_the_field() -> None:
+    with pytest.raises(ConfigError):
+        promql.dcgm_alias_query(DEV_GPU_UTIL, "DCGM_FI_DEV_FB_USED", step_seconds=60)
 
 
 def test_selectors_exact() -> None:
@@ -107,8 +71,7 @@ def test_selectors_exact() -> None:
 
 def test_docstrings_show_the_exact_queries() -> None:
     for builder, query in [
-        (promql.gpu_util_query, GPU_UTIL_60S),
-        (promql.dcgm_field_query, FB_USED_60S),
+        (promql.dcgm_alias_query, DEV_UNLESS_PROF_60S),
         (promql.field_aliases_selector, f'{{__name__=~"{UTIL_NAMES}"}}'),
         (promql.series_count_query, f'count({{__name__=~"{UTIL_NAMES}"}})'),
         (promql.dcgm_names_selector, promql.dcgm_names_selector()),
@@ -120,11 +83,12 @@ def test_docstrings_show_the_exact_queries() -> None:
 
 def test_injection_is_escaped_into_a_literal() -> None:
     assert promql.escape_string(INJECTION) == 'team\\"} or vector(1) or {a=\\"'
-    query = promql.gpu_util_query(step_seconds=60, matchers=[equals("exported_namespace", INJECTION)])
-    assert 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{exported_namespace="team\\"} or vector(1) or {a=\\""}[60s]' in query
+    query = dev_unless_prof(matchers=[equals("exported_namespace", INJECTION)])
+    assert 'DCGM_FI_DEV_GPU_UTIL{exported_namespace="team\\"} or vector(1) or {a=\\""}[60s]' in query
+    assert 'ACTIVE", exported_namespace="team\\"} or vector(1) or {a=\\""}' in query
     # Every quote the user wrote is escaped: the only unescaped quotes are the builder's own.
     unescaped = re.findall(r'(?<!\\)"', query.replace("\\\\", ""))
-    baseline = re.findall(r'(?<!\\)"', promql.gpu_util_query(step_seconds=60, matchers=[equals("x", "v")]))
+    baseline = re.findall(r'(?<!\\)"', dev_unless_prof(matchers=[equals("x", "v")]))
     assert len(unescaped) == len(baseline)
 
 
@@ -151,4 +115,4 @@ def test_metric_names_are_validated(bad: str) -> None:
 
 def test_step_must_be_positive() -> None:
     with pytest.raises(ConfigError):
-        promql.gpu_util_query(step_seconds=0)
+        dev_unless_prof(step_seconds=0)

@@ -269,29 +269,6 @@ WORKLOAD_LABEL_SETS: Final = (
     ("namespace", "pod", "container"),
     ("pod_namespace", "pod_name", "container_name"),
 )
-# Labels a per-unit query must keep: identity, node resolution and workload. Deliberately absent: `vgpu`
-# (time-slicing copies of one GPU collapse), err_code/err_msg, driver version, job, endpoint, service.
-GROUP_LABELS: Final = (
-    "UUID",
-    GPU_INSTANCE_LABEL,
-    GPU_PROFILE_LABEL,
-    GPU_INDEX_LABEL,
-    MODEL_LABEL,
-    "Hostname",
-    INSTANCE_LABEL,
-    "namespace",
-    "pod",
-    "container",
-    "exported_namespace",
-    "exported_pod",
-    "exported_container",
-    "pod_namespace",
-    "pod_name",
-    "container_name",
-)
-# The label a server-side query adds to name the canonical field its (base-unit) values belong to.
-FIELD_LABEL: Final = "gpuwatch_field"
-
 EXPORTER_CONTAINERS: Final = frozenset({"nvidia-dcgm-exporter", "dcgm-exporter"})
 # DaemonSet pod names: nvidia-dcgm-exporter-q28k4 (GPU Operator), dcgm-exporter-6ldbb (Helm chart),
 # dcgm-exporter-dev-78z52 (a renamed release): "...dcgm-exporter..." plus the 5-character pod suffix.
@@ -434,7 +411,7 @@ def gpu_rows(
     """DCGM samples -> one row per (timestamp, unit, workload) in base units (GPU_SAMPLES + extras).
 
     Input is a long frame (columns: timestamp, value, and one per label; `__name__` for raw exporter
-    series, or `gpuwatch_field` for server-side aggregates already in base units) or (labels, value) pairs.
+    series) or (labels, value) pairs.
     Rules (SPEC §2): identity UUID|uuid (+ GPU_I_ID for a MIG instance); node from Hostname|hostname or,
     when that is the exporter pod, the scrape target; workload exported_* > pod/namespace/container (not the
     exporter's own) > pod_name/...; copies of one unit and workload (`vgpu`, duplicate scrapes) are averaged,
@@ -660,10 +637,13 @@ def _drop_mig_parents(points: _Points) -> _Points:
     Under MIG the exporter can serve the parent GPU next to its instances; the parent's utilization
     aggregates the instances', so keeping both would count the GPU twice.
     """
-    instance = points.table.is_instance[points.series]
-    if not instance.any() or instance.all():
+    t = points.table
+    reporting = np.bincount(points.series, minlength=len(t.keep)) > 0
+    parents, instances = t.gpu[reporting & ~t.is_instance], t.gpu[reporting & t.is_instance]
+    if not np.isin(parents, instances).any():  # per series first: no GPU reports both
         return points
-    at = points.moment.astype(np.int64) * points.table.n_gpus + points.table.gpu[points.series]
+    instance = t.is_instance[points.series]
+    at = points.moment.astype(np.int64) * t.n_gpus + t.gpu[points.series]
     parent = ~instance & np.isin(at, np.unique(at[instance]))
     return points.take(~parent) if parent.any() else points
 
@@ -680,6 +660,25 @@ class _Wide:
     ids: dict[str, list[str]]  # ID column -> value per unit
 
 
+def _one_row_per_point(points: _Points) -> bool:
+    """No two points share a (timestamp, key): each key is reported by one series only, and a series
+    never repeats a timestamp (its points may come in several runs, e.g. one per range-query chunk)."""
+    t = points.table
+    reporting = np.flatnonzero(np.bincount(points.series, minlength=len(t.keep)))
+    if len(np.unique(t.key[reporting])) != len(reporting):
+        return False
+    series, stamps = points.series, points.times.asi8
+    same = series[1:] == series[:-1]
+    if not (stamps[1:][same] > stamps[:-1][same]).all():
+        return False
+    starts = np.flatnonzero(np.r_[True, ~same])
+    ends = np.r_[starts[1:], len(series)] - 1
+    order = np.argsort(series[starts], kind="stable")  # a series' runs in point order
+    run_series, first, last = series[starts][order], stamps[starts][order], stamps[ends][order]
+    again = run_series[1:] == run_series[:-1]
+    return bool((first[1:][again] > last[:-1][again]).all())
+
+
 def _pivot(points: _Points) -> _Wide:
     """Average copies (vgpu, duplicate scrapes) per key, sum `split` parts, one column per field."""
     t = points.table
@@ -687,6 +686,17 @@ def _pivot(points: _Points) -> _Wide:
     n_moments = int(moment.max()) + 1
     key, field, split = t.key[points.series], t.field[points.series], t.split[points.series]
     n_keys, n_fields = len(t.keys), len(t.fields)
+    if _one_row_per_point(points):  # the usual answer of one range query per alias: nothing to group
+        every = np.arange(len(key), dtype=np.intp)
+        wide = {t.fields[code]: np.where(field == code, points.values, np.nan) for code in np.unique(field)}
+        return _Wide(
+            points=points,
+            row_point=every,
+            row_key=key,
+            row_unit=t.unit[points.series],
+            values=wide,
+            ids=_unit_ids(points),
+        )
     # pandas' groupby sums (compensated) in row order, as the frame-based version did: same floats.
     copy, n_copies = _group((moment, n_moments), (key, n_keys), (field, n_fields), (split, t.n_splits))
     first = _first_rows(copy, n_copies)
@@ -786,8 +796,11 @@ def _choose_util(wide: _Wide) -> pd.DataFrame:
 
 
 def _strings(table: Sequence[str], codes: IntArray) -> "pd.Series[str]":
-    """table[codes] as a str column, built by one take on the small table."""
-    return pd.Series(pd.array(list(table), dtype="str").take(codes))
+    """table[codes] as a categorical of strings (sorted categories, so it sorts like str): a week of a
+    fleet is millions of rows over a few thousand distinct names, built from the codes without copies."""
+    categories, inverse = np.unique(np.array(table, dtype=object), return_inverse=True)
+    dtype = pd.CategoricalDtype(pd.Index(categories, dtype="str"))
+    return pd.Series(pd.Categorical.from_codes(inverse[codes], dtype=dtype))
 
 
 _SERIES_COLUMNS: Final = (*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS, "field", "split")
@@ -797,18 +810,11 @@ def _resolve_series(
     labels: Mapping[str, str], exporters: ExporterPods
 ) -> tuple[dict[str, str], float, float] | None:
     """One series' labels -> (resolved columns, mul, div), or None for a metric outside the catalog."""
-    name = labels.get("__name__", "")
-    if name:
-        found = field_of(name)
-        if found is None:
-            return None
-        fld, alias = found
-        mul, div = alias.mul, alias.div
-    else:
-        by_label = FIELD_BY_NAME.get(labels.get(FIELD_LABEL, ""))
-        if by_label is None:
-            return None
-        fld, mul, div = by_label, 1.0, 1.0
+    found = field_of(labels.get("__name__", ""))
+    if found is None:
+        return None
+    fld, alias = found
+    mul, div = alias.mul, alias.div
     namespace, pod, container = resolve_workload(labels, exporters)
     return (
         {

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,9 +26,11 @@ from gpuwatch.model import MAX_POINTS_PER_SERIES, Window, utc
 from gpuwatch.schema import DCGM_SAMPLES
 from gpuwatch.sources import promql
 from gpuwatch.sources.dcgm import (
+    DEV_GPU_UTIL,
     FIELDS,
     HOSTNAME_LABELS,
     NO_EXPORTERS,
+    PROF_GR_ENGINE_ACTIVE,
     UTIL_FIELDS,
     ExporterPods,
     Field,
@@ -47,6 +50,9 @@ MAX_SAMPLES_PER_QUERY: Final = 50_000_000  # Prometheus' default --query.max-sam
 # churn one long query costs more than its days apart: 7 days of 1,000 GPUs at 5 min in one query
 # outlived the default 2 min --query.timeout (benchmarks/collect.py); a day at a time takes ~1/7 each.
 MAX_CHUNK_SECONDS: Final = 86_400.0
+# Range-query chunks in flight at once: Prometheus evaluates them on separate cores while gpuwatch decodes
+# the answers; well under Prometheus' default --query.max-concurrency of 20.
+MAX_CONCURRENT_QUERIES: Final = 4
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
 
 
@@ -109,6 +115,23 @@ class Points:
             values=np.concatenate([p.values for p in parts]),
         )
 
+    def merged(self) -> "Points":
+        """One entry per distinct label set: a series answered in several chunks is resolved once."""
+        seen: dict[tuple[tuple[str, str], ...], int] = {}
+        code = np.array(
+            [seen.setdefault(tuple(sorted(labels.items())), len(seen)) for labels in self.series],
+            dtype=np.intp,
+        )
+        if len(seen) == len(self.series):
+            return self
+        series = tuple(dict(labels) for labels in seen)
+        return Points(series=series, index=code[self.index], timestamps=self.timestamps, values=self.values)
+
+    def named(self, metric: str) -> "Points":
+        """The same points with `__name__` set on every series (range functions drop it)."""
+        series = tuple({**labels, "__name__": metric} for labels in self.series)
+        return Points(series=series, index=self.index, timestamps=self.timestamps, values=self.values)
+
     def frame(self) -> pd.DataFrame:
         """Long frame: timestamp (UTC), value, and one str column per label ("" where absent)."""
         names = sorted({k for labels in self.series for k in labels})
@@ -160,14 +183,18 @@ class PrometheusSource:
         max_samples_per_query: int = MAX_SAMPLES_PER_QUERY,
         max_points_per_series: int = MAX_POINTS_PER_SERIES,
         max_chunk_seconds: float = MAX_CHUNK_SECONDS,
+        max_concurrent_queries: int = MAX_CONCURRENT_QUERIES,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not url:
             raise ConfigError("no Prometheus URL configured (--prometheus-url or GPUWATCH_PROMETHEUS_URL)")
         if bearer_token_file and basic_auth:
             raise ConfigError("configure either a bearer token file or basic auth for Prometheus, not both")
-        if max_attempts < 1 or max_points_per_series < 1 or max_samples_per_query < 1:
-            raise ConfigError("max_attempts, max_points_per_series and max_samples_per_query must be >= 1")
+        if min(max_attempts, max_points_per_series, max_samples_per_query, max_concurrent_queries) < 1:
+            raise ConfigError(
+                "max_attempts, max_points_per_series, max_samples_per_query and max_concurrent_queries "
+                "must be >= 1"
+            )
         if not max_chunk_seconds > 0:
             raise ConfigError(f"max_chunk_seconds must be positive, got {max_chunk_seconds}")
         self.url = url.rstrip("/")
@@ -178,6 +205,7 @@ class PrometheusSource:
         self.max_samples_per_query = max_samples_per_query
         self.max_points_per_series = max_points_per_series
         self.max_chunk_seconds = max_chunk_seconds
+        self.max_concurrent_queries = max_concurrent_queries
         self._sleep = sleep
         self._lock = threading.Lock()
         self._warnings: list[str] = []
@@ -341,11 +369,21 @@ class PrometheusSource:
             )
         return _parse(result, instant=False)
 
-    def label_values(self, label: str, *, match: Sequence[str] = ()) -> list[str]:
+    def label_values(
+        self,
+        label: str,
+        *,
+        match: Sequence[str] = (),
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> list[str]:
+        """Values of a label on the series matching `match`, limited to [start, end] when given."""
         promql.check_label_name(label)
-        params = {"match[]": list(match)} if match else None
+        params: dict[str, Any] = {"match[]": list(match)} if match else {}
+        if start is not None and end is not None:
+            params |= {"start": f"{utc(start).timestamp():.3f}", "end": f"{utc(end).timestamp():.3f}"}
         values = self._call(
-            "a label-values lookup", lambda: self._client.get_label_values(label, params=params)
+            "a label-values lookup", lambda: self._client.get_label_values(label, params=params or None)
         )
         return [str(v) for v in values]
 
@@ -369,21 +407,35 @@ class PrometheusSource:
         """Per GPU unit, workload and sample of the window: utilization (and `fields`) in base units.
 
         Sample i (timestamp t_i) is the query evaluated at t_i + step with avg_over_time(x[step]), i.e.
-        the average over [t_i, t_i + step) (SPEC §3). Frame: the DCGM_SAMPLES contract (GPU_SAMPLES plus
-        mig_profile, gpu_index, product, namespace, pod, container, util_source) and one column per
-        extra field. Rows are absent where nothing was reported; NaN where Prometheus held NaN/±Inf.
+        the average over [t_i, t_i + step) (SPEC §3). One query per alias present in the window (one
+        label-values lookup finds them), GPU_UTIL only for units without PROF at that step, in chunks
+        of at most a day, `max_concurrent_queries` at a time. Frame: the DCGM_SAMPLES contract
+        (GPU_SAMPLES plus mig_profile, gpu_index, product, namespace, pod, container, util_source) and
+        one column per extra field. Rows are absent where nothing was reported; NaN where Prometheus
+        held NaN/±Inf.
         """
         step = window.step_seconds
-        extra = [f for f in fields if f not in UTIL_FIELDS]
-        queries = [promql.gpu_util_query(step_seconds=step, matchers=matchers)]
-        queries += [promql.dcgm_field_query(f, step_seconds=step, matchers=matchers) for f in extra]
-        estimate = self._series_estimate([*UTIL_FIELDS, *extra], matchers, at=window.end)
+        wanted = [*UTIL_FIELDS, *(f for f in fields if f not in UTIL_FIELDS)]
+        queries = self.alias_queries(window, wanted, matchers)
+        estimate = self._series_estimate(wanted, matchers, at=window.end)
         first = window.start + timedelta(seconds=step)
-        parts = [
-            self.range_points(q, first=first, n=window.n_samples, step_seconds=step, series_estimate=estimate)
-            for q in queries
+        per_chunk = self.chunk_points(estimate, step_seconds=step)
+        tasks = [
+            (metric, query, a, min(window.n_samples, a + per_chunk))
+            for metric, query in queries
+            for a in range(0, window.n_samples, per_chunk)
         ]
-        points = Points.concat(parts)
+
+        def run(task: tuple[str, str, int, int]) -> Points:
+            metric, query, a, b = task
+            return self._range_chunk(query, first, a, b, step).named(metric)
+
+        pool = ThreadPoolExecutor(max_workers=self.max_concurrent_queries)
+        try:
+            parts = list(pool.map(run, tasks))
+        finally:  # after a failure, chunks not yet sent are not sent
+            pool.shutdown(wait=True, cancel_futures=True)
+        points = Points.concat(parts).merged()
         rows = series_rows(
             points.series,
             points.index,
@@ -396,6 +448,36 @@ class PrometheusSource:
             rows["timestamp"] < pd.Timestamp(window.end)
         )
         return DCGM_SAMPLES.check(rows.loc[inside].reset_index(drop=True))
+
+    def alias_queries(
+        self, window: Window, fields: Sequence[Field], matchers: Sequence[promql.Matcher] = ()
+    ) -> list[tuple[str, str]]:
+        """(alias, query) for every alias of `fields` with series in the window (one label-values
+        lookup); GPU_UTIL minus the units that report PROF."""
+        present = set(
+            self.label_values(
+                "__name__",
+                match=[promql.field_aliases_selector(fields, matchers)],
+                start=window.start,
+                end=window.end,
+            )
+        )
+        prof = [m for m in PROF_GR_ENGINE_ACTIVE.metrics if m in present]
+        return [
+            (
+                metric,
+                promql.dcgm_alias_query(
+                    f,
+                    metric,
+                    step_seconds=window.step_seconds,
+                    matchers=matchers,
+                    unless_metrics=prof if f is DEV_GPU_UTIL else (),
+                ),
+            )
+            for f in fields
+            for metric in f.metrics
+            if metric in present
+        ]
 
     def _series_estimate(
         self, fields: Sequence[Field], matchers: Sequence[promql.Matcher], at: datetime
@@ -485,7 +567,7 @@ def _parse(result: Any, *, instant: bool) -> Points:
     if not series:
         return Points.empty()
     seconds = np.array([p[0] for found in pairs for p in found], dtype=np.float64)
-    values = to_float(np.array([p[1] for found in pairs for p in found], dtype=object))
+    values = to_float([p[1] for found in pairs for p in found])
     return Points(
         series=tuple(series),
         index=np.repeat(np.arange(len(series), dtype=np.intp), [len(found) for found in pairs]),

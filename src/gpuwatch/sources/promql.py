@@ -7,14 +7,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from gpuwatch.errors import ConfigError
-from gpuwatch.sources.dcgm import (
-    DEV_GPU_UTIL,
-    FIELD_LABEL,
-    GROUP_LABELS,
-    PROF_GR_ENGINE_ACTIVE,
-    Alias,
-    Field,
-)
+from gpuwatch.sources.dcgm import Field
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -132,114 +125,49 @@ def _by(aggregate: str, labels: Sequence[str], body: str) -> str:
     return f"{aggregate} by (\n{listed}\n) (\n{textwrap.indent(body, '  ')}\n)"
 
 
-def _number(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
-def _alias_term(alias: Alias, function: str, step_seconds: int, matchers: Sequence[Matcher]) -> str:
-    term = f"{function}({selector(alias.metric, matchers)}[{step_seconds}s])"
-    if alias.mul != 1.0:
-        term += f" * {_number(alias.mul)}"
-    if alias.div != 1.0:
-        term += f" / {_number(alias.div)}"
-    return term
-
-
 _RANGE_FUNCTION: Final = {
     "gauge": "avg_over_time",
     "counter": "last_over_time",
     "last_value": "last_over_time",
 }
-_COPIES_AGGREGATE: Final = {"gauge": "avg", "counter": "max", "last_value": "max"}
+# What identifies a GPU unit on both sides of `unless` (either spelling of the renamed labels).
+UNIT_MATCH_LABELS: Final = ("UUID", "uuid", "GPU_I_ID", "Hostname", "hostname")
 
 
-def _field_block(field: Field, step_seconds: int, matchers: Sequence[Matcher]) -> str:
-    """One field per unit and workload, in base units, labelled gpuwatch_field="<canonical name>"."""
-    if step_seconds <= 0:
-        raise ConfigError(f"step must be positive, got {step_seconds}s")
-    function = _RANGE_FUNCTION[field.kind]
-    terms = [_alias_term(a, function, step_seconds, matchers) for a in field.aliases]
-    alternatives = "\n  or ".join(terms)
-    folded = (
-        "label_replace(label_replace(\n"
-        f"  {alternatives},\n"
-        '"UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")'
-    )
-    if field.split_label:
-        split = check_label_name(field.split_label)
-        body = _by("sum", GROUP_LABELS, _by("max", [*GROUP_LABELS, split], folded))
-    else:
-        body = _by(_COPIES_AGGREGATE[field.kind], GROUP_LABELS, folded)
-    return f'label_replace(\n{textwrap.indent(body, "  ")},\n  "{FIELD_LABEL}", "{field.name}", "", "")'
-
-
-def dcgm_field_query(field: Field, *, step_seconds: int, matchers: Sequence[Matcher] = ()) -> str:
-    """A catalog field per GPU unit and workload over each step, in base units (SPEC §3).
+def dcgm_alias_query(
+    field: Field,
+    metric: str,
+    *,
+    step_seconds: int,
+    matchers: Sequence[Matcher] = (),
+    unless_metrics: Sequence[str] = (),
+) -> str:
+    """One alias of a catalog field per raw series over each step (SPEC §3), optionally minus the GPU
+    units that report any of `unless_metrics` at that step.
 
     Evaluated at t_i + step it covers sample i = [t_i, t_i + step): gauges are averaged over the step
-    (avg_over_time), counters and sticky values read last (last_over_time). Each alias is its own term
-    joined by `or` (not one {__name__=~"a|b"} selector): aliases differ in unit, and two names with the
-    same labels would make avg_over_time fail on duplicate label sets. uuid/hostname are folded into
-    UUID/Hostname server-side, so a fleet mid-upgrade (the 4.8.3 Hostname -> hostname rename) keeps one
-    identity; `vgpu` copies, driver-version and target labels are aggregated away (avg, never sum);
-    series split by a code label (DCGM_EXP_XID_ERRORS_*{xid}) are summed over it.
+    (avg_over_time), counters and sticky values read last (last_over_time). Nothing else happens on the
+    server: the reduction that matters, a step's raw scrapes to one point, is done there, while label
+    work (unit conversion per alias, uuid/hostname spellings, `vgpu` copies, MIG parents, xid codes) is
+    done per series by `dcgm.series_rows`. Prometheus evaluates label_replace, `or` and `avg by` per
+    step and series: on a week of 1,000 GPUs that costs ~10x the reads themselves (benchmarks/collect.py).
+    The range function drops the metric name; the caller knows it (one query per alias).
 
-    dcgm_field_query(DEV_FB_USED, step_seconds=60) is::
+    dcgm_alias_query(DEV_GPU_UTIL, "DCGM_FI_DEV_GPU_UTIL", step_seconds=60,
+    unless_metrics=["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]) is::
 
-        label_replace(
-          avg by (
-            UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-            exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name
-          ) (
-            label_replace(label_replace(
-              avg_over_time(DCGM_FI_DEV_FB_USED[60s]) * 1048576
-              or avg_over_time(DCGM_FI_DEV_FB_USED_BYTES[60s])
-              or avg_over_time(dcgm_fb_used[60s]) * 1048576,
-            "UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")
-          ),
-          "gpuwatch_field", "DCGM_FI_DEV_FB_USED", "", "")
+        avg_over_time(DCGM_FI_DEV_GPU_UTIL[60s])
+        unless on (UUID, uuid, GPU_I_ID, Hostname, hostname) {__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE"}
     """
-    return _field_block(field, step_seconds, matchers)
-
-
-def gpu_util_query(*, step_seconds: int, matchers: Sequence[Matcher] = ()) -> str:
-    """Utilization per GPU unit and workload over each step, labelled with the field it came from.
-
-    DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio) where a unit reports it, else DCGM_FI_DEV_GPU_UTIL / 100:
-    `or ignoring (gpuwatch_field)` keeps a GPU_UTIL row only where no PROF row has the same unit and
-    workload. (gpu_rows then keeps one source per unit over the whole window.)
-
-    gpu_util_query(step_seconds=60) is::
-
-        label_replace(
-          avg by (
-            UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-            exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name
-          ) (
-            label_replace(label_replace(
-              avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[60s])
-              or avg_over_time(DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO[60s])
-              or avg_over_time(dcgm_fi_prof_gr_engine_active[60s]),
-            "UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")
-          ),
-          "gpuwatch_field", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "", "")
-        or ignoring (gpuwatch_field)
-        label_replace(
-          avg by (
-            UUID, GPU_I_ID, GPU_I_PROFILE, gpu, modelName, Hostname, instance, namespace, pod, container,
-            exported_namespace, exported_pod, exported_container, pod_namespace, pod_name, container_name
-          ) (
-            label_replace(label_replace(
-              avg_over_time(DCGM_FI_DEV_GPU_UTIL[60s]) / 100
-              or avg_over_time(DCGM_FI_DEV_GPU_UTIL_RATIO[60s])
-              or avg_over_time(dcgm_gpu_utilization[60s]) / 100,
-            "UUID", "$1", "uuid", "(.+)"), "Hostname", "$1", "hostname", "(.+)")
-          ),
-          "gpuwatch_field", "DCGM_FI_DEV_GPU_UTIL", "", "")
-    """
-    prof = _field_block(PROF_GR_ENGINE_ACTIVE, step_seconds, matchers)
-    dev = _field_block(DEV_GPU_UTIL, step_seconds, matchers)
-    return f"{prof}\nor ignoring ({FIELD_LABEL})\n{dev}"
+    if step_seconds <= 0:
+        raise ConfigError(f"step must be positive, got {step_seconds}s")
+    if metric not in field.metrics:
+        raise ConfigError(f"{metric} is not an alias of {field.name}")
+    query = f"{_RANGE_FUNCTION[field.kind]}({selector(metric, matchers)}[{step_seconds}s])"
+    if unless_metrics:
+        on = ", ".join(UNIT_MATCH_LABELS)
+        query += f"\nunless on ({on}) {names_selector(unless_metrics, matchers)}"
+    return query
 
 
 POD_ALLOCATION_LABELS = ("namespace", "pod", "team", "node", "pool")
