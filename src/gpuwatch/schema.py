@@ -1,12 +1,22 @@
 """DataFrame contracts (column names and dtypes) checked where frames cross a layer boundary."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch.errors import DataError
+
+
+def categorical_strings(table: Sequence[str], codes: npt.NDArray[np.integer[Any]]) -> "pd.Series[str]":
+    """table[codes] as a categorical of strings with sorted categories (so it sorts like str): millions
+    of rows over a few thousand names, built from the codes without spelling the strings out."""
+    categories, inverse = np.unique(np.array(table, dtype=object), return_inverse=True)
+    dtype = pd.CategoricalDtype(pd.Index(categories, dtype="str"))
+    return pd.Series(pd.Categorical.from_codes(inverse[codes], dtype=dtype))
 
 
 def _is_kind(series: "pd.Series[Any]", kind: str) -> bool:

@@ -718,7 +718,7 @@ def health_samples(sources: "FleetSources | HealthSources", recent: Window) -> p
     return _latest_per_unit(frame)
 
 
-# The simulated fleet draws all its telemetry at once (seconds for the demo): keep the few slices asked for.
+# A simulated slice still draws its noise over the fleet's whole window (seconds at scale): keep a few.
 _SIMULATED_HEALTH: dict[tuple[int, datetime, datetime], tuple[SimulatedFleet, pd.DataFrame]] = {}
 _SIMULATED_HEALTH_LOCK = threading.Lock()
 
@@ -729,8 +729,7 @@ def _simulated_health(fleet: SimulatedFleet, recent: Window) -> pd.DataFrame:
         hit = _SIMULATED_HEALTH.get(key)
     if hit is not None and hit[0] is fleet:
         return hit[1]
-    telemetry = fleet.telemetry()
-    rows = telemetry[(telemetry["timestamp"] >= recent.start) & (telemetry["timestamp"] < recent.end)]
+    rows = fleet.telemetry(recent)
     profile = {(g.uuid, g.gpu_instance_id): g.mig_profile for g in fleet.gpus}
     keys = zip(rows["uuid"], rows["gpu_instance_id"], strict=True)
     rows = rows.assign(

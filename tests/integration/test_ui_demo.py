@@ -1,6 +1,7 @@
 """The Dash UI on the demo fleet in a real headless Chromium: every page, filters in the URL, downloads."""
 
 import io
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -11,10 +12,12 @@ import pytest
 from playwright.sync_api import Page
 
 from gpuwatch.config import Settings
+from gpuwatch.model import Window
 from gpuwatch.report import Report, build_report
 from gpuwatch.service import FleetService
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
+from gpuwatch.ui.data import team_changes
 from tests.integration.browser import browser_page, screenshot, settle, table_rows, wait_for_location
 from tests.integration.ui_server import serve_app
 
@@ -133,6 +136,25 @@ def test_waste_and_teams_show_the_report_numbers(
     settle(p)
     teams = table_rows(p, "teams")
     _check_usage_rows(teams, report["teams"], "team")
+    # Each team's change since the window of the same length before: on screen and in the download.
+    window = demo.service.window(days=days)
+    earlier = Window(start=window.start - (window.end - window.start), end=window.start)
+    expected = team_changes(report, build_report(demo.service.analysis(earlier)))
+    allocated = expected["allocated_gpu_hours_change_ratio"].tolist()
+    efficiency = expected["efficiency_change_ratio"].tolist()
+    assert [r["allocated_gpu_hours_change_ratio"] for r in teams] == [
+        "—" if math.isnan(v) else f"{v:+.0%}" for v in allocated
+    ]
+    assert [r["efficiency_change_ratio"] for r in teams] == [
+        "—" if math.isnan(v) else f"{v * 100:+.1f} pp" for v in efficiency
+    ]
+    # The day before is fully simulated; the week before (the fleet has 8 days) is mostly empty.
+    assert any(not math.isnan(v) for v in efficiency) == (days == 1)
+    csv = pd.read_csv(io.BytesIO(_download(p, "teams", "CSV")))
+    assert csv["allocated_gpu_hours_change_ratio"].tolist() == pytest.approx(
+        allocated, rel=1e-12, nan_ok=True
+    )
+    assert csv["efficiency_change_ratio"].tolist() == pytest.approx(efficiency, rel=1e-12, nan_ok=True)
     no_dash_errors(p, errors)
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gpuwatch.errors import DataError
 from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.sources.simulated.fleet import SimulatedFleet, _sample_spans
+from gpuwatch.sources.simulated.fleet import SimulatedFleet, sample_spans
 from gpuwatch.sources.simulated.openb import NODE_COLUMNS, POD_COLUMNS
 from gpuwatch.sources.simulated.trace import (
     QOS_ARCHETYPES,
@@ -336,7 +336,7 @@ def test_summary_of_the_demo_fleet_matches_its_truth() -> None:
 
 def _assert_within_capacity(fleet: SimulatedFleet) -> None:
     # truth() cannot build a frame when no allocation covers a sample (pd.concat of nothing).
-    spans = _sample_spans(fleet, fleet.allocations)
+    spans = sample_spans(fleet, fleet.allocations)
     truth = fleet.truth() if any(i1 > i0 for i0, i1 in spans) else None
     gpu_count = {n.name: n.gpu_count for n in fleet.nodes}
     if truth is not None:

@@ -1,5 +1,6 @@
 """The UI's data layer: bucketing, filtering an analysis, and serving the last good view in an outage."""
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -7,12 +8,14 @@ import pytest
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
-from gpuwatch.model import Window
+from gpuwatch.model import Namespace, Node, Window
 from gpuwatch.report import build_report
 from gpuwatch.service import FleetService
+from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.ui.components import change, points
 from gpuwatch.ui.data import ViewStore, bucketed, filter_analysis
-from gpuwatch.ui.filters import Filters
+from gpuwatch.ui.filters import CUSTOM, Filters
 
 START = datetime(2026, 11, 19, tzinfo=UTC)
 
@@ -76,3 +79,114 @@ def test_an_outage_serves_the_last_good_view_and_says_so(
     monkeypatch.undo()
     assert store.load(Filters(window="1h")).outage is None
     assert store.load(Filters()).outage is None
+
+
+class HandSources:
+    """One node of two L4 GPUs whose pods are gone from the API server: DCGM's labels name them."""
+
+    def __init__(self, samples: pd.DataFrame) -> None:
+        self.samples = samples
+
+    def cluster_state(self) -> ClusterState:
+        gpus = {"nvidia.com/gpu": 2.0}
+        return ClusterState(
+            nodes=(Node(name="n1", product="NVIDIA-L4", gpu_count=2, capacity=gpus, allocatable=gpus),),
+            pods=(),
+            namespaces=(Namespace(name="alpha"), Namespace(name="beta")),
+            quotas=(),
+        )
+
+    def gpu_samples(self, window: Window, _state: ClusterState) -> pd.DataFrame:
+        s = self.samples
+        return s[(s["timestamp"] >= window.start) & (s["timestamp"] < window.end)].reset_index(drop=True)
+
+    def allocation_history(self, _window: Window) -> pd.DataFrame | None:
+        return None
+
+    def take_warnings(self) -> list[str]:
+        return []
+
+    def now(self) -> datetime:
+        return START + timedelta(hours=4)
+
+
+def _minutes(
+    uuid: str, first: int, last: int, util: float, namespace: str = "", pod: str = ""
+) -> pd.DataFrame:
+    """GPU samples of one unit, one a minute over [START + first min, START + last min)."""
+    n = last - first
+    return pd.DataFrame(
+        {
+            "timestamp": pd.date_range(START + timedelta(minutes=first), periods=n, freq="60s"),
+            "node": "n1",
+            "uuid": uuid,
+            "gpu_instance_id": "",
+            "mig_profile": "",
+            "util_ratio": util,
+            "util_source": "DCGM_FI_DEV_GPU_UTIL",
+            "namespace": namespace,
+            "pod": pod,
+        }
+    )
+
+
+def test_team_changes_compare_with_the_window_before() -> None:
+    # Previous 2 h: alpha holds GPU-0 at 50 % (2 GE-h allocated, 1 used: 50 %); GPU-1 sits free.
+    # This 2 h: alpha holds GPU-0 at 80 % and GPU-1 at 20 % for an hour (3 GE-h, 1.6 + 0.2 used: 60 %),
+    # beta holds GPU-1 at 40 % the other hour (nothing before: no change to show, not 0).
+    samples = pd.concat(
+        [
+            _minutes("GPU-0", 0, 120, 0.5, "alpha", "a-1"),
+            _minutes("GPU-1", 0, 120, 0.0),
+            _minutes("GPU-0", 120, 240, 0.8, "alpha", "a-1"),
+            _minutes("GPU-1", 120, 180, 0.2, "alpha", "a-2"),
+            _minutes("GPU-1", 180, 240, 0.4, "beta", "b-1"),
+        ],
+        ignore_index=True,
+    )
+    store = ViewStore(FleetService(settings=Settings(), sources=HandSources(samples)))
+    end = START + timedelta(hours=4)
+    view = store.load(Filters(window=CUSTOM, start=end - timedelta(hours=2), end=end)).view
+    assert view is not None
+    previous = store.previous(view)
+    assert previous is not None
+    assert previous.window == Window(start=START, end=START + timedelta(hours=2), step_seconds=60)
+    now = {t["team"]: t for t in view.report["teams"]}
+    assert now["alpha"]["allocated_gpu_hours"] == pytest.approx(3.0)
+    assert now["alpha"]["efficiency"] == pytest.approx(0.6)
+    changes = view.team_changes(previous).set_index("team")
+    assert changes.loc["alpha", "allocated_gpu_hours_change_ratio"] == pytest.approx(3.0 / 2.0 - 1)
+    assert changes.loc["alpha", "efficiency_change_ratio"] == pytest.approx(0.6 - 0.5)
+    assert changes.loc["beta"].isna().all()
+    assert (change(0.5), points(0.1), change(math.nan), points(math.nan)) == ("+50%", "+10.0 pp", "—", "—")
+    # Under a team filter the window before is the team's too: beta had nothing then.
+    beta = store.load(Filters(window=CUSTOM, start=end - timedelta(hours=2), end=end, teams=("beta",))).view
+    assert beta is not None
+    before = store.previous(beta)
+    assert before is not None and before.report["teams"] == []
+    assert beta.team_changes(before)["team"].tolist() == ["beta"]
+    assert beta.team_changes(before).drop(columns="team").isna().all(axis=None)
+
+
+def test_no_trend_against_a_window_before_the_data_began() -> None:
+    # Telemetry starts at START. The 3 h window before [START + 1 h, START + 4 h) has data for 1 h of
+    # its 3: alpha's allocated hours "grew" only because the baseline is mostly missing. No trend shown.
+    samples = pd.concat(
+        [_minutes("GPU-0", 0, 240, 0.5, "alpha", "a-1"), _minutes("GPU-1", 0, 240, 0.0)], ignore_index=True
+    )
+    store = ViewStore(FleetService(settings=Settings(), sources=HandSources(samples)))
+    end = START + timedelta(hours=4)
+    view = store.load(Filters(window=CUSTOM, start=end - timedelta(hours=3), end=end)).view
+    assert view is not None
+    previous = store.previous(view)
+    assert previous is not None
+    assert [t["allocated_gpu_hours"] for t in previous.report["teams"]] == [pytest.approx(1.0)]
+    changes = view.team_changes(previous)
+    assert changes["team"].tolist() == ["alpha"]
+    assert changes.drop(columns="team").isna().all(axis=None)
+    # The 1 h window before [START + 3 h, START + 4 h) is fully covered: its change is shown (0 %).
+    hour = store.load(Filters(window=CUSTOM, start=end - timedelta(hours=1), end=end)).view
+    assert hour is not None
+    before = store.previous(hour)
+    assert before is not None
+    assert hour.team_changes(before).set_index("team").loc["alpha"].tolist() == [0.0, 0.0]

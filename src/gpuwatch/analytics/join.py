@@ -121,7 +121,8 @@ def _shared_dtypes(frames: list[pd.DataFrame | None]) -> dict[str, pd.Categorica
     """One categorical dtype per key column over every frame (with "" for an absent value)."""
     out = {}
     for column in _CATEGORICAL:
-        values = [pd.unique(f[column].astype("str")) for f in frames if f is not None and column in f]
+        # Unique values first: a categorical column is never spelled out as millions of strings.
+        values = [pd.unique(f[column]).astype("str") for f in frames if f is not None and column in f]
         categories = pd.Index(np.concatenate([np.array([""], dtype=object), *values])).unique()
         out[column] = pd.CategoricalDtype(categories.astype("str").sort_values())  # sorts like strings
     return out

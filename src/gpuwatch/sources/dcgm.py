@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from gpuwatch.schema import GPU_SAMPLES
+from gpuwatch.schema import GPU_SAMPLES, categorical_strings
 from gpuwatch.units import BYTES_PER_MIB
 
 Kind = Literal["gauge", "counter", "last_value"]
@@ -783,24 +783,18 @@ def _choose_util(wide: _Wide) -> pd.DataFrame:
     columns: dict[str, Any] = {"timestamp": wide.points.times[wide.row_point[keep]]}
     for i, name in enumerate((*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS)):
         if name in ID_COLUMNS:
-            columns[name] = _strings(wide.ids[name], unit)
+            columns[name] = categorical_strings(wide.ids[name], unit)
         else:
             position = i if i < len(UNIT_KEY) else i - len(ID_COLUMNS)
-            columns[name] = _strings([k[position] for k in keys], key)
+            columns[name] = categorical_strings([k[position] for k in keys], key)
     columns["util_ratio"] = util[keep]
-    columns["util_source"] = _strings(["", PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name], source[keep])
+    columns["util_source"] = categorical_strings(
+        ["", PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name], source[keep]
+    )
     by_column = {FIELD_BY_NAME[f].column: v for f, v in others.items()}
     for name in sorted(by_column):
         columns[name] = by_column[name][keep]
     return pd.DataFrame(columns)
-
-
-def _strings(table: Sequence[str], codes: IntArray) -> "pd.Series[str]":
-    """table[codes] as a categorical of strings (sorted categories, so it sorts like str): a week of a
-    fleet is millions of rows over a few thousand distinct names, built from the codes without copies."""
-    categories, inverse = np.unique(np.array(table, dtype=object), return_inverse=True)
-    dtype = pd.CategoricalDtype(pd.Index(categories, dtype="str"))
-    return pd.Series(pd.Categorical.from_codes(inverse[codes], dtype=dtype))
 
 
 _SERIES_COLUMNS: Final = (*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS, "field", "split")

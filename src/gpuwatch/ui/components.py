@@ -55,6 +55,16 @@ def whole(value: Any) -> str:
     return "n/a" if missing(value) else f"{float(value):,.0f}"
 
 
+def change(value: Any) -> str:
+    """A relative change as a signed percentage ("+12%"); "—" when there is nothing to compare with."""
+    return "—" if missing(value) else f"{float(value):+.0%}"
+
+
+def points(value: Any) -> str:
+    """A difference of two ratios in percentage points ("+3.2 pp"); "—" when unknown."""
+    return "—" if missing(value) else f"{float(value) * 100:+.1f} pp"
+
+
 def when(value: Any) -> str:
     """An ISO time (or Timestamp) as "2026-11-19 14:30 UTC"; "-" when absent."""
     if missing(value) or value == "":
@@ -67,6 +77,8 @@ FORMATS: Mapping[str, Callable[[Any], str]] = {
     "pct": pct,
     "num": num,
     "int": whole,
+    "change": change,
+    "pp": points,
     "time": when,
     "text": lambda v: "" if missing(v) else str(v),
     "tag": lambda v: "" if missing(v) else str(v),
@@ -108,7 +120,8 @@ def kpi(label: str, value: str, kpi_id: str, *, tone: str = "", hint: str = "") 
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """A table column: row key, header, format (usd, pct, num, int, time, text, tag) and an optional link."""
+    """A table column: row key, header, format (usd, pct, num, int, change, pp, time, text, tag) and an
+    optional link."""
 
     key: str
     label: str
@@ -117,7 +130,7 @@ class Column:
 
     @property
     def numeric(self) -> bool:
-        return self.kind in ("usd", "pct", "num", "int")
+        return self.kind in ("usd", "pct", "num", "int", "change", "pp")
 
 
 def _cell(column: Column, row: Mapping[str, Any], query: str) -> html.Td:

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import pandas as pd
 
@@ -115,6 +115,49 @@ def bucketed(
     summed[values] = summed[values].div(summed["bucket"].map(per_bucket).to_numpy(), axis=0)
     summed.insert(0, "timestamp", start + summed["bucket"].astype("int64") * width)
     return summed.drop(columns=["bucket"]).sort_values(["timestamp", *by], ignore_index=True)
+
+
+MIN_TREND_COVERAGE: Final = 0.9
+
+
+def team_changes(current: Report, previous: Report) -> pd.DataFrame:
+    """Per team of `current`, its change since `previous` (the window just before, of the same length).
+
+    Columns: team, allocated_gpu_hours_change_ratio (allocated GE-hours now ÷ before − 1: 0.12 is +12 %),
+    efficiency_change_ratio (efficiency now − before, in ratio units: 0.032 is +3.2 pp). NaN where the
+    team allocated nothing before or an efficiency is unknown: no data is never a change of 0. NaN for
+    every team when the window before is less than MIN_TREND_COVERAGE as well covered by telemetry as
+    this one (it reaches past the start of the data, say): a half-empty period is no baseline.
+    """
+    comparable = _covered(previous) >= MIN_TREND_COVERAGE * _covered(current)
+    before = {t["team"]: t for t in previous["teams"]} if comparable else {}
+    rows = []
+    for team in current["teams"]:
+        past = before.get(team["team"], {})
+        allocated_before = _known(past.get("allocated_gpu_hours"))
+        rows.append(
+            {
+                "team": team["team"],
+                "allocated_gpu_hours_change_ratio": (
+                    team["allocated_gpu_hours"] / allocated_before - 1 if allocated_before > 0 else math.nan
+                ),
+                "efficiency_change_ratio": _known(team["efficiency"]) - _known(past.get("efficiency")),
+            }
+        )
+    columns = ["team", "allocated_gpu_hours_change_ratio", "efficiency_change_ratio"]
+    return pd.DataFrame(rows, columns=columns).astype({c: "float64" for c in columns[1:]})
+
+
+def _covered(report: Report) -> float:
+    """Share of the expected GPU-samples present (0 when none were expected)."""
+    coverage = report["coverage"]
+    expected = coverage["gpu_samples_expected"]
+    return coverage["gpu_samples_present"] / expected if expected else 0.0
+
+
+def _known(value: float | None) -> float:
+    """A report number as a float: None (unknown) is NaN."""
+    return math.nan if value is None else float(value)
 
 
 class View:
@@ -261,6 +304,10 @@ class View:
 
         return self._cached("gpu_holders", compute)
 
+    def team_changes(self, previous: "View") -> pd.DataFrame:
+        """Per team, the change since `previous`, the window just before this one (see team_changes)."""
+        return self._cached("team_changes", lambda: team_changes(self.report, previous.report))
+
     def node_coverage(self) -> pd.DataFrame:
         """node, samples_reporting: samples of the window in which the node's DCGM exporter reported."""
 
@@ -386,6 +433,15 @@ class ViewStore:
         return Loaded(view=self._scoped(base, filters), requested=window, outage=self._outage)
 
     def _base(self, request: Filters, window: Window) -> View:
+        view = self._analysed(window)
+        with self._lock:
+            self._last_good[request] = view
+            if self._latest is None or view.computed_at >= self._latest.computed_at:
+                self._latest = view
+        return view
+
+    def _analysed(self, window: Window) -> View:
+        """The whole-fleet view of a window, computed once (one computation per window at a time)."""
         key = (window, Filters())
         with self._lock:
             hit = self._views.get(key)
@@ -405,9 +461,6 @@ class ViewStore:
             self._succeeded()
             with self._lock:
                 self._remember(key, view)
-                self._last_good[request] = view
-                if self._latest is None or view.computed_at >= self._latest.computed_at:
-                    self._latest = view
             return view
 
     def _scoped(self, base: View, filters: Filters) -> View:
@@ -433,6 +486,18 @@ class ViewStore:
             with self._lock:
                 self._remember(key, view)
             return view
+
+    def previous(self, view: View) -> View | None:
+        """The view of the window just before `view`'s (same length, step and filters), for trends;
+        None while the source fails."""
+        w = view.window
+        window = Window(start=w.start - (w.end - w.start), end=w.start, step_seconds=w.step_seconds)
+        try:
+            base = self._analysed(window)
+        except SourceError as e:
+            self._failed(e)
+            return None
+        return self._scoped(base, view.filters)
 
     def _remember(self, key: Hashable, view: View) -> None:
         self._views[key] = view

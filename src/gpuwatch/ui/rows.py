@@ -1,11 +1,14 @@
 """Rows and columns several pages show: usage tables, idle workloads, teams with quotas."""
 
+import math
 from typing import Any
 
 import pandas as pd
 
 from gpuwatch.ui.components import Column, current_store, records
 from gpuwatch.ui.data import View, since_text
+
+CHANGE_KEYS = ("allocated_gpu_hours_change_ratio", "efficiency_change_ratio")
 
 
 def team_link(row: Any) -> str:
@@ -68,15 +71,26 @@ def quota_frame() -> pd.DataFrame | None:
     return current_store().quotas().frame
 
 
-def team_rows(view: View, quotas: pd.DataFrame | None) -> list[dict[str, Any]]:
-    """The report's teams with GPUs held now and quota use (GPU requests used ÷ hard, all namespaces)."""
+def change_frame(view: View) -> pd.DataFrame | None:
+    """Per team, the change since the window before the view's (None while it cannot be read)."""
+    previous = current_store().previous(view)
+    return None if previous is None else view.team_changes(previous)
+
+
+def team_rows(
+    view: View, quotas: pd.DataFrame | None, changes: pd.DataFrame | None = None
+) -> list[dict[str, Any]]:
+    """The report's teams with GPUs held now, quota use (GPU requests used ÷ hard, all namespaces) and,
+    given `changes` (View.team_changes), the change since the window before (NaN when unknown)."""
     held = view.held_now()
     quota = {} if quotas is None else {str(r["team"]): r for r in records(quotas)}
+    change = {} if changes is None else {str(r["team"]): r for r in records(changes)}
     rows = []
     for t in view.report["teams"]:
         q = quota.get(t["team"])
         hard = float(q["quota_gpus"]) if q is not None else None
         used = float(q["used_gpus"]) if q is not None else None
+        c = change.get(t["team"], {})
         rows.append(
             {
                 **t,
@@ -84,6 +98,7 @@ def team_rows(view: View, quotas: pd.DataFrame | None) -> list[dict[str, Any]]:
                 "quota_gpus": hard,
                 "quota_used_gpus": used,
                 "quota_use": used / hard if hard and used is not None else None,
+                **{key: c.get(key, math.nan) for key in CHANGE_KEYS},
             }
         )
     return rows

@@ -269,7 +269,7 @@ def _build_grid(fleet: SimulatedFleet, step_seconds: int | None = None) -> _Grid
 def _series(fleet: SimulatedFleet, present: BoolArray, step: int) -> list[_Series]:
     """Split each unit's served samples by holder: sample i belongs to whoever held the unit at t_i.
 
-    The rule is the fleet's own (`_sample_spans`), so labels agree with `fleet.truth()`. A time-sliced
+    The rule is the fleet's own (`sample_spans`), so labels agree with `fleet.truth()`. A time-sliced
     GPU gets one copy per pod holding a replica (label `vgpu`); an unheld unit one copy with no pod.
     """
     n = present.shape[1]

@@ -125,15 +125,20 @@ class SimulatedFleet:
             mask[np.ix_(node_of == gap.node, cols)] = True
         return mask
 
-    def telemetry(self) -> pd.DataFrame:
+    def telemetry(self, window: Window | None = None) -> pd.DataFrame:
         """Per GPU (or MIG instance) and sample, the values the exporter reports, in base units.
 
         Columns: timestamp, node, uuid, gpu_instance_id, gpu_index, util_ratio, fb_used_bytes,
         fb_free_bytes, power_watts, temp_celsius, energy_joules (counter, resets on driver reload),
         xid_last (sticky last XID code), row_remap_failure, uncorrectable_remapped_rows.
-        Rows where the exporter served nothing are absent.
+        Rows where the exporter served nothing are absent. With `window`, only the samples whose time
+        falls in it (the same rows and values as filtering the whole frame, without building it).
         """
-        return _telemetry_frame(self)
+        times = self.sample_times()
+        if window is None:
+            return _telemetry_frame(self, 0, len(times))
+        first, end = times.searchsorted([pd.Timestamp(window.start), pd.Timestamp(window.end)])
+        return _telemetry_frame(self, int(first), int(end))
 
     def truth(self) -> pd.DataFrame:
         """Ground truth per allocation and sample: who held how many GE of which GPU, and its util.
@@ -282,32 +287,36 @@ def _archetype_curve(
     return np.clip(curve, 0.0, 1.0)
 
 
-def _telemetry_frame(fleet: SimulatedFleet) -> pd.DataFrame:
+def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFrame:
+    """The telemetry rows of fleet samples [first, end). Noise is drawn, and energy integrated, over the
+    whole fleet window so that a slice has the values of the whole."""
     times = fleet.sample_times()
     n_t = len(times)
     n_g = len(fleet.gpus)
+    cols = slice(first, end)
     util = fleet.util_ratio
     mem = np.array([g.memory_bytes for g in fleet.gpus])
     tdp = np.array([fleet.tdp_watts.get(g.product, 300.0) for g in fleet.gpus])
     rng = np.random.default_rng(fleet.seed + 1)
-    held = _held_mask(fleet)
-    fb_used = np.where(held, np.round(mem[:, None] * (0.35 + 0.5 * np.nan_to_num(util)) / BYTES_PER_MIB), 0.0)
+    held = _held_mask(fleet)[:, cols]
+    known_util = np.nan_to_num(util[:, cols])
+    fb_used = np.where(held, np.round(mem[:, None] * (0.35 + 0.5 * known_util) / BYTES_PER_MIB), 0.0)
     fb_used = fb_used * BYTES_PER_MIB
     power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + rng.normal(0, 1.0, (n_g, n_t)), 3)
     power = np.maximum(power, 1.0)
-    temp = np.round(32 + 45 * np.nan_to_num(util) + rng.normal(0, 0.7, (n_g, n_t)))
-    xid = np.zeros((n_g, n_t))
-    remap = np.zeros((n_g, n_t))
+    temp = np.round(32 + 45 * known_util + rng.normal(0, 0.7, (n_g, n_t))[:, cols])
+    xid = np.zeros(temp.shape)
+    remap = np.zeros(temp.shape)
     for ev in fleet.events:
         rows = [i for i, g in enumerate(fleet.gpus) if g.uuid == ev.uuid]
-        cols = times >= pd.Timestamp(ev.start)
+        after = times[cols] >= pd.Timestamp(ev.start)
         for r in rows:
             if ev.kind == "xid":
-                xid[r, cols] = ev.value
+                xid[r, after] = ev.value
             elif ev.kind == "row_remap_failure":
-                remap[r, cols] = 1.0
+                remap[r, after] = 1.0
             else:
-                temp[r, cols] += ev.value
+                temp[r, after] += ev.value
     # Whole-GPU fields repeat on every MIG instance of a GPU: draw once per physical GPU.
     first_of_uuid: dict[str, int] = {}
     for i, g in enumerate(fleet.gpus):
@@ -328,14 +337,16 @@ def _telemetry_frame(fleet: SimulatedFleet) -> pd.DataFrame:
         cut = n_t // 2
         on_node = np.array([g.node == reset_node for g in fleet.gpus])
         energy[on_node, cut:] -= energy[on_node, cut - 1][:, None]  # driver reload: the counter restarts
+    power, energy = power[:, cols], energy[:, cols]
+    n_cols = end - first
     frame = pd.DataFrame(
         {
-            "timestamp": np.tile(times.to_numpy(), n_g),
-            "node": np.repeat([g.node for g in fleet.gpus], n_t),
-            "uuid": np.repeat([g.uuid for g in fleet.gpus], n_t),
-            "gpu_instance_id": np.repeat([g.gpu_instance_id for g in fleet.gpus], n_t),
-            "gpu_index": np.repeat([g.index for g in fleet.gpus], n_t),
-            "util_ratio": util.ravel(),
+            "timestamp": np.tile(times[cols].to_numpy(), n_g),
+            "node": np.repeat([g.node for g in fleet.gpus], n_cols),
+            "uuid": np.repeat([g.uuid for g in fleet.gpus], n_cols),
+            "gpu_instance_id": np.repeat([g.gpu_instance_id for g in fleet.gpus], n_cols),
+            "gpu_index": np.repeat([g.index for g in fleet.gpus], n_cols),
+            "util_ratio": util[:, cols].ravel(),
             "fb_used_bytes": fb_used.ravel(),
             "fb_free_bytes": (mem[:, None] - fb_used).ravel(),
             "power_watts": power.ravel(),
@@ -347,7 +358,7 @@ def _telemetry_frame(fleet: SimulatedFleet) -> pd.DataFrame:
         }
     )
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
-    present = ~fleet.missing_mask().ravel()
+    present = ~fleet.missing_mask()[:, cols].ravel()
     return frame.loc[present].reset_index(drop=True)
 
 
@@ -355,12 +366,12 @@ def _held_mask(fleet: SimulatedFleet) -> np.ndarray:
     n = fleet.window.n_samples
     held = np.zeros((len(fleet.gpus), n), dtype=bool)
     index = {(g.uuid, g.gpu_instance_id): i for i, g in enumerate(fleet.gpus)}
-    for a, (i0, i1) in zip(fleet.allocations, _sample_spans(fleet, fleet.allocations), strict=True):
+    for a, (i0, i1) in zip(fleet.allocations, sample_spans(fleet, fleet.allocations), strict=True):
         held[index[(a.uuid, a.gpu_instance_id)], i0:i1] = True
     return held
 
 
-def _sample_spans(fleet: SimulatedFleet, allocations: Iterable[Allocation]) -> list[tuple[int, int]]:
+def sample_spans(fleet: SimulatedFleet, allocations: Iterable[Allocation]) -> list[tuple[int, int]]:
     """[i0, i1) sample range of each allocation: sample i is held if the pod held it at t_i."""
     t0 = fleet.window.start
     step = fleet.window.step_seconds
@@ -380,7 +391,7 @@ def _truth_frame(fleet: SimulatedFleet) -> pd.DataFrame:
     pods = {(p.namespace, p.name): p for p in fleet.pods}
     node_pool = {n.name: n.pool for n in fleet.nodes}
     parts = []
-    for a, (i0, i1) in zip(fleet.allocations, _sample_spans(fleet, fleet.allocations), strict=True):
+    for a, (i0, i1) in zip(fleet.allocations, sample_spans(fleet, fleet.allocations), strict=True):
         if i1 <= i0:
             continue
         row = index[(a.uuid, a.gpu_instance_id)]

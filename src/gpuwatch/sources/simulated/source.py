@@ -1,16 +1,93 @@
 """The simulated fleet behind the interfaces of the live sources: cluster state and GPU samples."""
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from gpuwatch.model import Window
+from gpuwatch.schema import categorical_strings
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated.fleet import EXPORTER_NAMESPACE, SimulatedFleet
+from gpuwatch.sources.simulated.fleet import EXPORTER_NAMESPACE, SimulatedFleet, sample_spans
 
 UTIL_PROF = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL_DEV = "DCGM_FI_DEV_GPU_UTIL"
+_HOLDER_COLUMNS = ("namespace", "pod", "team", "node", "pool")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Codes:
+    """The fleet's units and allocations as integer codes: a window is labelled from these, never from
+    whole-fleet frames of strings (a week of a 1,000-GPU fleet is millions of rows)."""
+
+    units: dict[str, list[str]]  # per unit (fleet.gpus order): node, uuid, gpu_instance_id, ...
+    holders: dict[str, list[str]]  # per holder (sorted): namespace, pod, team, node, pool
+    unit: np.ndarray  # per allocation: its unit's index in fleet.gpus
+    holder: np.ndarray  # per allocation: its holder's index (sorted like the string tuples)
+    ge: np.ndarray  # per allocation: GE held
+    first: np.ndarray  # per allocation: first fleet sample held
+    end: np.ndarray  # per allocation: fleet sample after the last held
+    missing: np.ndarray  # [unit, fleet sample] True where the exporter served nothing
+
+
+def _fleet_codes(fleet: SimulatedFleet) -> _Codes:
+    index = {(g.uuid, g.gpu_instance_id): i for i, g in enumerate(fleet.gpus)}
+    pods = {(p.namespace, p.name): p for p in fleet.pods}
+    pool_of = {n.name: n.pool for n in fleet.nodes}
+    keys = [
+        (a.namespace, a.pod, fleet.team_of(pods[(a.namespace, a.pod)]), a.node, pool_of[a.node])
+        for a in fleet.allocations
+    ]
+    table = sorted(set(keys))
+    position = {key: i for i, key in enumerate(table)}
+    spans = np.array(sample_spans(fleet, fleet.allocations), dtype=np.int64).reshape(-1, 2)
+    return _Codes(
+        units={
+            "node": [g.node for g in fleet.gpus],
+            "uuid": [g.uuid for g in fleet.gpus],
+            "gpu_instance_id": [g.gpu_instance_id for g in fleet.gpus],
+            "mig_profile": [g.mig_profile for g in fleet.gpus],
+            "util_source": [UTIL_PROF if fleet.has_prof[g.uuid] else UTIL_DEV for g in fleet.gpus],
+        },
+        holders={name: [key[i] for key in table] for i, name in enumerate(_HOLDER_COLUMNS)},
+        unit=np.array([index[(a.uuid, a.gpu_instance_id)] for a in fleet.allocations], dtype=np.int64),
+        holder=np.array([position[key] for key in keys], dtype=np.int64),
+        ge=np.array([a.ge for a in fleet.allocations], dtype=np.float64),
+        first=spans[:, 0],
+        end=spans[:, 1],
+        missing=fleet.missing_mask(),
+    )
+
+
+def _held_samples(codes: _Codes, first: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """(allocation, fleet sample) of every sample in [first, end) an allocation held, allocation-major
+    (the order of `SimulatedFleet.truth()`)."""
+    lo = np.maximum(codes.first, first)
+    counts = np.maximum(np.minimum(codes.end, end) - lo, 0)
+    allocation = np.repeat(np.arange(len(counts)), counts)
+    starts = np.cumsum(counts) - counts
+    sample = lo[allocation] + np.arange(len(allocation)) - starts[allocation]
+    return allocation, sample
+
+
+def _reported(codes: _Codes, first: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit, fleet sample, holder) of the telemetry rows in [first, end): one per holder of the unit at
+    that sample, or one with the blank holder (index len(holders), no workload named) when none. Unit by
+    unit, sample by sample, a shared unit's holders in allocation order: the rows and order of a left
+    join of `SimulatedFleet.telemetry()` with `truth()`."""
+    n = end - first
+    unit, offset = np.nonzero(~codes.missing[:, first:end])
+    reported = unit * n + offset
+    allocation, sample = _held_samples(codes, first, end)
+    held = codes.unit[allocation] * n + (sample - first)
+    order = np.argsort(held, kind="stable")
+    blank = len(codes.holders["pod"])
+    held, holders = held[order], np.append(codes.holder[allocation[order]], blank)
+    lo, hi = np.searchsorted(held, reported, "left"), np.searchsorted(held, reported, "right")
+    copies = np.maximum(hi - lo, 1)
+    row = np.repeat(np.arange(len(reported)), copies)
+    nth = np.arange(len(row)) - np.repeat(np.cumsum(copies) - copies, copies)
+    return unit[row], offset[row] + first, np.where(hi[row] > lo[row], holders[lo[row] + nth], blank)
 
 
 class SimulatedSource:
@@ -18,29 +95,26 @@ class SimulatedSource:
 
     def __init__(self, fleet: SimulatedFleet) -> None:
         self.fleet = fleet
-        self._labelled: pd.DataFrame | None = None
-        self._truth: pd.DataFrame | None = None
+        self._codes: _Codes | None = None
 
-    def _ground_truth(self) -> pd.DataFrame:
-        if self._truth is None:
-            self._truth = self.fleet.truth()
-        return self._truth
+    def _fleet_codes(self) -> _Codes:
+        if self._codes is None:
+            self._codes = _fleet_codes(self.fleet)
+        return self._codes
 
-    def _labelled_telemetry(self) -> pd.DataFrame:
-        """Every telemetry row of the fleet with the workload DCGM names on it (built once)."""
-        if self._labelled is None:
-            fleet = self.fleet
-            tel = fleet.telemetry()[["timestamp", "node", "uuid", "gpu_instance_id", "util_ratio"]]
-            holders = self._ground_truth()[["timestamp", "uuid", "gpu_instance_id", "namespace", "pod"]]
-            rows = tel.merge(holders, on=["timestamp", "uuid", "gpu_instance_id"], how="left")
-            rows[["namespace", "pod"]] = rows[["namespace", "pod"]].fillna("")
-            profile = {(g.uuid, g.gpu_instance_id): g.mig_profile for g in fleet.gpus}
-            keys = list(zip(rows["uuid"], rows["gpu_instance_id"], strict=True))
-            rows["mig_profile"] = [profile[k] for k in keys]
-            prof = np.array([fleet.has_prof[u] for u in rows["uuid"]], dtype=bool)
-            rows["util_source"] = np.where(prof, UTIL_PROF, UTIL_DEV)
-            self._labelled = rows
-        return self._labelled
+    def _samples_of(self, window: Window) -> tuple[int, int]:
+        """The fleet samples [first, end) whose time falls in the window."""
+        times = self.fleet.sample_times()
+        first, end = times.searchsorted([pd.Timestamp(window.start), pd.Timestamp(window.end)])
+        return int(first), int(end)
+
+    def _fleet_times(self, sample: np.ndarray) -> pd.DatetimeIndex:
+        return self.fleet.sample_times().take(sample)
+
+    def _window_times(self, sample: np.ndarray, window: Window) -> pd.DatetimeIndex:
+        """The time of the window's sample that holds each fleet sample."""
+        offset = (self._fleet_times(sample) - window.start).total_seconds() // window.step_seconds
+        return window.start + pd.to_timedelta(offset * window.step_seconds, unit="s")
 
     def cluster_state(self) -> ClusterState:
         fleet = self.fleet
@@ -68,43 +142,65 @@ class SimulatedSource:
         """Per unit (and pod, for shared GPUs) and sample of `window`: util and the workload DCGM names.
 
         Columns: timestamp, node, uuid, gpu_instance_id, mig_profile, util_ratio, util_source,
-        namespace, pod ("" where DCGM names no workload). The window's step must be a multiple of
-        the fleet's; coarser samples average the fleet's (as avg_over_time does).
+        namespace, pod ("" where DCGM names no workload), keys as categoricals of strings. The window's
+        step must be a multiple of the fleet's; coarser samples average the fleet's (as avg_over_time
+        does). Rows run unit by unit, sample by sample, a shared unit's holders in allocation order.
         """
-        fleet = self.fleet
-        rows = self._labelled_telemetry()
-        rows = rows[(rows["timestamp"] >= window.start) & (rows["timestamp"] < window.end)]
-        if window.step_seconds != fleet.window.step_seconds:
-            if window.step_seconds % fleet.window.step_seconds:
-                raise ValueError("window step must be a multiple of the simulated fleet's step")
-            offset = (rows["timestamp"] - window.start).dt.total_seconds() // window.step_seconds
-            rows = rows.assign(
-                timestamp=window.start + pd.to_timedelta(offset * window.step_seconds, unit="s")
+        fine_step = window.step_seconds == self.fleet.window.step_seconds
+        if window.step_seconds % self.fleet.window.step_seconds:
+            raise ValueError("window step must be a multiple of the simulated fleet's step")
+        unit, sample, holder = _reported(self._fleet_codes(), *self._samples_of(window))
+        rows = pd.DataFrame(
+            {
+                "timestamp": self._fleet_times(sample) if fine_step else self._window_times(sample, window),
+                "unit": unit,
+                "holder": holder,
+                "util_ratio": self.fleet.util_ratio[unit, sample],
+            }
+        )
+        if not fine_step:
+            rows = rows.groupby(["timestamp", "unit", "holder"], as_index=False, sort=False).agg(
+                util_ratio=("util_ratio", "mean")
             )
-            keys = [
-                "timestamp",
-                "node",
-                "uuid",
-                "gpu_instance_id",
-                "namespace",
-                "pod",
-                "mig_profile",
-                "util_source",
-            ]
-            rows = rows.groupby(keys, as_index=False, sort=False).agg(util_ratio=("util_ratio", "mean"))
-        return rows.reset_index(drop=True)
+        unit, holder = rows["unit"].to_numpy(), rows["holder"].to_numpy()
+        units, holders = self._fleet_codes().units, self._fleet_codes().holders
+        return pd.DataFrame(
+            {
+                "timestamp": rows["timestamp"],
+                "node": categorical_strings(units["node"], unit),
+                "uuid": categorical_strings(units["uuid"], unit),
+                "gpu_instance_id": categorical_strings(units["gpu_instance_id"], unit),
+                "util_ratio": rows["util_ratio"],
+                "namespace": categorical_strings([*holders["namespace"], ""], holder),
+                "pod": categorical_strings([*holders["pod"], ""], holder),
+                "mig_profile": categorical_strings(units["mig_profile"], unit),
+                "util_source": categorical_strings(units["util_source"], unit),
+            }
+        )
 
     def allocation_history(self, window: Window) -> pd.DataFrame:
         """gpuwatch's own allocation series as if its exporter had run all along (SPEC §4.3).
 
-        Columns: timestamp, namespace, pod, team, node, pool, ge_share (per pod and sample).
+        Columns: timestamp, namespace, pod, team, node, pool (categoricals of strings), ge_share (per
+        pod and sample).
         """
-        keys = ["namespace", "pod", "team", "node", "pool"]
-        truth = self._ground_truth()
-        truth = truth[(truth["timestamp"] >= window.start) & (truth["timestamp"] < window.end)]
-        offset = (truth["timestamp"] - window.start).dt.total_seconds() // window.step_seconds
-        truth = truth.assign(timestamp=window.start + pd.to_timedelta(offset * window.step_seconds, unit="s"))
+        codes = self._fleet_codes()
+        allocation, sample = _held_samples(codes, *self._samples_of(window))
+        held = pd.DataFrame(
+            {
+                "timestamp": self._window_times(sample, window),
+                "holder": codes.holder[allocation],
+                "ge_share": codes.ge[allocation],
+            }
+        )
+        held = held.groupby(["timestamp", "holder"], as_index=False).agg(ge_share=("ge_share", "sum"))
+        holder = held["holder"].to_numpy()
         # A coarse sample holds the mean of its sub-samples (avg_over_time of the gauge).
         ratio = self.fleet.window.step_seconds / window.step_seconds
-        held = truth.groupby(["timestamp", *keys], as_index=False).agg(ge_share=("ge_share", "sum"))
-        return held.assign(ge_share=held["ge_share"] * ratio)
+        return pd.DataFrame(
+            {
+                "timestamp": held["timestamp"],
+                **{name: categorical_strings(codes.holders[name], holder) for name in _HOLDER_COLUMNS},
+                "ge_share": held["ge_share"] * ratio,
+            }
+        )

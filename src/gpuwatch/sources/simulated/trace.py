@@ -20,9 +20,9 @@ from gpuwatch.sources.simulated.fleet import (
     _exporter_pods,
     _exporter_targets,
     _quotas,
-    _sample_spans,
     _uid,
     gpu_uuid,
+    sample_spans,
 )
 from gpuwatch.sources.simulated.openb import MILLI_PER_GPU, OpenbTrace, load_openb
 from gpuwatch.units import BYTES_PER_MIB
@@ -491,7 +491,7 @@ def summary(fleet: SimulatedFleet) -> dict[str, int | float]:
     gpu_pods = [p for p in fleet.pods if p.gpu_requests]
     n = fleet.window.n_samples
     per_sample = np.zeros(n + 1)
-    spans = _sample_spans(fleet, fleet.allocations)
+    spans = sample_spans(fleet, fleet.allocations)
     if spans:
         i0, i1 = np.array(spans, dtype=np.int64).T
         ge = np.array([a.ge for a in fleet.allocations])

@@ -11,7 +11,7 @@ from gpuwatch.ui.components import Column, as_of, load, loaded_banner, page, tab
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
-from gpuwatch.ui.rows import quota_frame, quota_text, team_rows
+from gpuwatch.ui.rows import change_frame, quota_frame, quota_text, team_rows
 
 dash.register_page(__name__, path="/teams", name="Teams", title="gpuwatch · Teams", order=4)
 
@@ -21,8 +21,8 @@ SPARK_CONFIG: Any = {"staticPlot": True, "displayModeBar": False}
 def layout(**_query: str) -> html.Div:
     return page(
         "Teams",
-        "Per team: GPUs held, GPU-hours allocated vs used, efficiency, idle waste, quota use. "
-        "Click a team for its trend and workloads.",
+        "Per team: GPUs held, GPU-hours allocated vs used, efficiency and their change since the previous "
+        "period, idle waste, quota use. Click a team for its trend and workloads.",
         html.Div(id=ids.TEAMS_TABLE),
         as_of_id=ids.TEAMS_AS_OF,
         banner_id=ids.TEAMS_BANNER,
@@ -36,6 +36,8 @@ COLUMNS = [
     Column("allocated_gpu_hours", "allocated GPU-h", "num"),
     Column("used_gpu_hours", "used GPU-h", "num"),
     Column("efficiency", "efficiency", "pct"),
+    Column("allocated_gpu_hours_change_ratio", "allocated vs prev.", "change"),
+    Column("efficiency_change_ratio", "efficiency vs prev.", "pp"),
     Column("idle_gpu_hours", "idle GPU-h", "num"),
     Column("cost_usd", "cost $", "usd"),
     Column("waste_usd", "waste $", "usd"),
@@ -60,7 +62,8 @@ def _sparklines(view: View) -> dict[str, dcc.Graph]:
 @exporter("teams")
 def _export_teams(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
-    return Export(frame=pd.DataFrame(team_rows(loaded.view, quota_frame())))
+    view = loaded.view
+    return Export(frame=pd.DataFrame(team_rows(view, quota_frame(), change_frame(view))))
 
 
 def render(search: str | None) -> tuple[Any, ...]:
@@ -71,7 +74,8 @@ def render(search: str | None) -> tuple[Any, ...]:
         return (*head, None)
     sparks = _sparklines(view)
     rows = [
-        {**r, "quota": quota_text(r), "trend": sparks.get(r["team"])} for r in team_rows(view, quota_frame())
+        {**r, "quota": quota_text(r), "trend": sparks.get(r["team"])}
+        for r in team_rows(view, quota_frame(), change_frame(view))
     ]
     return (
         *head,
@@ -83,8 +87,9 @@ def render(search: str | None) -> tuple[Any, ...]:
             limit=100,
             empty_text="no team held GPUs in this window",
             query=to_query(filters),
-            note="Efficiency = used ÷ allocated GPU-hours. Quota: GPU requests now vs the ResourceQuotas "
-            "of the team's namespaces.",
+            note="Efficiency = used ÷ allocated GPU-hours. vs prev.: the change since the window of the "
+            "same length just before this one (— when the team allocated nothing then). Quota: GPU requests "
+            "now vs the ResourceQuotas of the team's namespaces.",
         ),
     )
 
