@@ -442,16 +442,8 @@ class ViewStore:
 
     def _analysed(self, window: Window) -> View:
         """The whole-fleet view of a window, computed once (one computation per window at a time)."""
-        key = (window, Filters())
-        with self._lock:
-            hit = self._views.get(key)
-        if hit is not None:
-            return hit
-        with self._key_lock(key):
-            with self._lock:
-                hit = self._views.get(key)
-            if hit is not None:
-                return hit
+
+        def build() -> View:
             started = time.monotonic()
             analysis = self.service.analysis(window)
             view = View(
@@ -459,14 +451,24 @@ class ViewStore:
             )
             log.info("gpuwatch UI: analysed %s in %.1f s", window, time.monotonic() - started)
             self._succeeded()
-            with self._lock:
-                self._remember(key, view)
             return view
+
+        return self._cached((window, Filters()), build)
 
     def _scoped(self, base: View, filters: Filters) -> View:
         if not filters.scoped:
             return base
+
+        def build() -> View:
+            analysis = filter_analysis(base.analysis, filters)
+            report = build_report(analysis)
+            return View(filters=filters, analysis=analysis, report=report, computed_at=base.computed_at)
+
         key = (base.window, replace(filters, window="", start=None, end=None), base.computed_at)
+        return self._cached(key, build)
+
+    def _cached(self, key: Hashable, build: Callable[[], View]) -> View:
+        """The view under `key`, built once: callers asking for the same key meanwhile wait for it."""
         with self._lock:
             hit = self._views.get(key)
         if hit is not None:
@@ -476,13 +478,7 @@ class ViewStore:
                 hit = self._views.get(key)
             if hit is not None:
                 return hit
-            analysis = filter_analysis(base.analysis, filters)
-            view = View(
-                filters=filters,
-                analysis=analysis,
-                report=build_report(analysis),
-                computed_at=base.computed_at,
-            )
+            view = build()
             with self._lock:
                 self._remember(key, view)
             return view
