@@ -5,7 +5,8 @@ Prometheus TSDB with promtool, then the per-GPU-unit utilization table at a 5-mi
 step, unit and workload: the mean of the step's scrapes; PROF when the unit reports it, else
 GPU_UTIL/100) is produced by
   (a) gpuwatch: PrometheusSource.gpu_samples(window): avg_over_time per alias on the server, chunked
-      range queries (a few at once), label work per series on the client;
+      range queries (a few at once), label work per series on the client, each chunk's rows built in
+      the worker thread that receives it;
   (b) naive: prometheus-api-client get_metric_range_data (chunk_size 1 day) for both metrics,
       MetricRangeDataFrame, pandas groupby to steps a day at a time, then a merge to the same table
       (checked equal to (a));

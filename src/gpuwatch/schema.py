@@ -16,7 +16,10 @@ def categorical_strings(table: Sequence[str], codes: npt.NDArray[np.integer[Any]
     of rows over a few thousand names, built from the codes without spelling the strings out."""
     categories, inverse = np.unique(np.array(table, dtype=object), return_inverse=True)
     dtype = pd.CategoricalDtype(pd.Index(categories, dtype="str"))
-    return pd.Series(pd.Categorical.from_codes(inverse[codes], dtype=dtype))
+    # The code type pandas would pick for that many categories: no second pass to convert them.
+    width = next(t for t in (np.int8, np.int16, np.int32, np.int64) if len(categories) < np.iinfo(t).max)
+    row_codes = inverse.astype(width)[codes]
+    return pd.Series(pd.Categorical.from_codes(row_codes, dtype=dtype, validate=False))
 
 
 def _is_kind(series: "pd.Series[Any]", kind: str) -> bool:

@@ -11,6 +11,7 @@ from gpuwatch.schema import DCGM_SAMPLES, GPU_SAMPLES
 from gpuwatch.sources.dcgm import (
     FIELDS,
     ExporterPods,
+    combine_row_blocks,
     field_of,
     gpu_rows,
     instance_ip,
@@ -18,6 +19,7 @@ from gpuwatch.sources.dcgm import (
     physical_gpus,
     resolve_node,
     resolve_workload,
+    row_block,
     samples_frame,
     series_rows,
     to_float,
@@ -489,3 +491,79 @@ def test_series_in_several_runs_keep_one_row_per_timestamp() -> None:
         "GPU-2": pytest.approx([0.5, 0.6, 0.7, 0.8]),
     }
     assert got["timestamp"].is_monotonic_increasing
+
+
+def _chunk(
+    points: list[tuple[pd.Timestamp, dict[str, str], float]],
+) -> tuple[
+    list[dict[str, str]],
+    "np.ndarray[tuple[int], np.dtype[np.intp]]",
+    pd.DatetimeIndex,
+    "np.ndarray[tuple[int], np.dtype[np.float64]]",
+]:
+    """(time, labels, value) points -> the series table of one range-query chunk."""
+    series: list[dict[str, str]] = []
+    index = []
+    for _, labels, _ in points:
+        if labels not in series:
+            series.append(labels)
+        index.append(series.index(labels))
+    return (
+        series,
+        np.array(index, dtype=np.intp),
+        pd.DatetimeIndex([t for t, _, _ in points]),
+        np.array([v for _, _, v in points], dtype=np.float64),
+    )
+
+
+def test_rows_built_chunk_by_chunk_equal_the_rows_of_the_whole_window() -> None:
+    # gpu_samples builds each chunk's rows as it arrives; the source choice and the skipped-series counts
+    # must still be those of the whole window.
+    t = [T0 + pd.Timedelta(minutes=5 * k) for k in range(4)]
+    a_prof = {"__name__": PROF, "UUID": "GPU-a", "Hostname": "n1", "exported_pod": "train-0"}
+    a_dev = {"__name__": DEV, "UUID": "GPU-a", "Hostname": "n1", "exported_pod": "train-0"}
+    b_dev = {"__name__": DEV, "UUID": "GPU-b", "Hostname": "n1"}
+    b_dev_named = {**b_dev, "modelName": "NVIDIA H100 80GB HBM3"}
+    no_uuid = {"__name__": PROF, "Hostname": "n1"}
+    first = [
+        (t[0], a_prof, 0.5),
+        (t[1], a_prof, 0.75),
+        (t[0], b_dev, 20.0),
+        (t[1], b_dev, 30.0),
+        (t[0], no_uuid, 0.1),
+    ]
+    second = [
+        (t[2], a_dev, 90.0),  # GPU-a is on PROF in the window: this step is unknown, its row dropped
+        (t[3], a_prof, 0.25),
+        (t[2], b_dev_named, 40.0),
+        (t[3], b_dev_named, 50.0),
+        (t[3], no_uuid, 0.2),
+    ]
+    whole_problems: list[str] = []
+    whole = series_rows(*_chunk(first + second), on_problem=whole_problems.append)
+    chunk_problems: list[str] = []
+    by_chunk = combine_row_blocks(
+        [row_block(*_chunk(first)), row_block(*_chunk(second))], on_problem=chunk_problems.append
+    )
+    pd.testing.assert_frame_equal(by_chunk, whole)
+    assert chunk_problems == whole_problems == ["1 DCGM series without a UUID label were skipped"]
+    assert by_chunk[["timestamp", "uuid", "pod", "util_ratio", "util_source", "product"]].astype(
+        {"uuid": "str", "pod": "str", "util_source": "str", "product": "str"}
+    ).values.tolist() == [
+        [t[0], "GPU-a", "train-0", 0.5, PROF, ""],
+        [t[0], "GPU-b", "", 0.2, DEV, "NVIDIA H100 80GB HBM3"],
+        [t[1], "GPU-a", "train-0", 0.75, PROF, ""],
+        [t[1], "GPU-b", "", 0.3, DEV, "NVIDIA H100 80GB HBM3"],
+        [t[2], "GPU-b", "", 0.4, DEV, "NVIDIA H100 80GB HBM3"],
+        [t[3], "GPU-a", "train-0", 0.25, PROF, ""],
+        [t[3], "GPU-b", "", 0.5, DEV, "NVIDIA H100 80GB HBM3"],
+    ]
+
+
+def test_row_blocks_out_of_time_order_are_refused() -> None:
+    labels = {"__name__": DEV, "UUID": "GPU-1", "Hostname": "n1"}
+    early = row_block(*_chunk([(T0, labels, 10.0)]))
+    late = row_block(*_chunk([(T0 + pd.Timedelta(minutes=5), labels, 20.0)]))
+    assert combine_row_blocks([early, late])["util_ratio"].tolist() == [0.1, 0.2]
+    with pytest.raises(ValueError, match="disjoint stretches of time"):
+        combine_row_blocks([late, early])

@@ -1,5 +1,6 @@
 """The DCGM catalog: metric aliases and units, label layouts, exporter-pod detection, samples to GPU rows."""
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -453,35 +454,16 @@ def series_rows(
 
     Labels are resolved once per series, not per point (a month of per-GPU points is millions of rows):
     points carry integer codes of their series' unit, workload, field and split, and every step below
-    (MIG parents, copies, split parts, the pivot, the source choice, the sort) works on those codes.
+    (MIG parents, copies, split parts, the pivot, the sort, the source choice) works on those codes.
     `timestamps` is best a DatetimeIndex (an object array of Timestamps is converted point by point).
     """
-    problem = on_problem or (lambda _message: None)
-    index = np.asarray(series_index, dtype=np.intp)
-    table = _series_table(series, exporters, problem)
-    if table is None:
-        return _empty_rows()
-    row_ok = table.keep[index]
-    times = _times(timestamps, row_ok)
-    if times.hasnans:  # a sample without a time is unusable (groupby dropped it before, silently too)
-        missing = np.asarray(times.isna(), dtype=bool)
-        row_ok[np.flatnonzero(row_ok)[missing]] = False
-        times = times[~missing]
-    sel = index[row_ok]
-    points = _Points(
-        table=table,
-        series=sel,
-        times=times,
-        moment=pd.factorize(times.asi8)[0].astype(np.intp),
-        values=_values(values, row_ok) * table.mul[sel] / table.div[sel],
-    )
-    if not points.series.size:
-        return _empty_rows()
-    return _choose_util(_pivot(_drop_mig_parents(points)))
+    block = row_block(series, series_index, timestamps, values, exporters=exporters)
+    return combine_row_blocks([block], on_problem=on_problem)
 
 
 _ORDER: Final = ("timestamp", *UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS, "util_ratio", "util_source")
 IntArray = npt.NDArray[np.intp]
+SeriesId = tuple[tuple[str, str], ...]  # a series' labels, sorted
 
 
 def _empty_rows() -> pd.DataFrame:
@@ -489,6 +471,26 @@ def _empty_rows() -> pd.DataFrame:
     for column in (*ID_COLUMNS, *WORKLOAD_COLUMNS, "util_source"):
         out[column] = pd.Series(dtype="str")
     return out[list(_ORDER)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowBlock:
+    """`series_rows` of one stretch of time, before each unit's utilization source is chosen.
+
+    One row per (timestamp, unit, workload), sorted by timestamp then by the key's strings, with every
+    field's value (NaN where the row has none), and the series skipped on the way. Blocks of disjoint
+    stretches (range-query chunks) can be built apart, in worker threads as their answers arrive, and
+    joined by `combine_row_blocks`.
+    """
+
+    times: "np.ndarray[Any, np.dtype[np.datetime64]]"  # UTC, sorted
+    row_key: IntArray  # -> keys
+    keys: tuple[tuple[str, ...], ...]  # UNIT_KEY + WORKLOAD_COLUMNS values
+    key_ids: tuple[tuple[str, ...], ...]  # per key: its unit's ID_COLUMNS values
+    values: dict[str, FloatArray]  # field name -> value per row
+    unknown_names: frozenset[str]  # metrics gpuwatch does not read
+    no_uuid: frozenset[SeriesId]  # skipped: no UUID label
+    no_node: frozenset[SeriesId]  # kept, but naming no node
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -510,11 +512,14 @@ class _SeriesTable:
     fields: tuple[str, ...]
     n_gpus: int
     n_splits: int
+    unknown_names: frozenset[str]
+    no_uuid: frozenset[SeriesId]
+    no_node: frozenset[SeriesId]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Points:
-    """The kept points: their series, timestamp (and its code: equal times, equal codes), base value."""
+    """The kept points: their series, timestamp (and its rank among the distinct times), base value."""
 
     table: _SeriesTable
     series: IntArray
@@ -532,33 +537,60 @@ class _Points:
         )
 
 
-def _series_table(
-    series: Sequence[Mapping[str, str]], exporters: ExporterPods, problem: Problem
-) -> _SeriesTable | None:
-    """Resolve every series once; warn about those skipped; None when none is kept."""
-    resolved = [_resolve_series(labels, exporters) for labels in series]
-    unknown = sorted(
-        {
-            labels.get("__name__", "") or "(no name)"
-            for labels, r in zip(series, resolved, strict=True)
-            if r is None
-        }
+def row_block(
+    series: Sequence[Mapping[str, str]],
+    series_index: "np.ndarray[Any, Any]",
+    timestamps: "np.ndarray[Any, Any] | pd.DatetimeIndex",
+    values: "np.ndarray[Any, Any] | Sequence[object]",
+    *,
+    exporters: ExporterPods = NO_EXPORTERS,
+) -> RowBlock:
+    """The rows of one stretch of time (see `series_rows` and `RowBlock`)."""
+    index = np.asarray(series_index, dtype=np.intp)
+    table = _series_table(series, exporters)
+    row_ok = table.keep[index]
+    times = _times(timestamps, row_ok)
+    if times.hasnans:  # a sample without a time is unusable (groupby dropped it before, silently too)
+        missing = np.asarray(times.isna(), dtype=bool)
+        row_ok[np.flatnonzero(row_ok)[missing]] = False
+        times = times[~missing]
+    sel = index[row_ok]
+    codes, distinct = pd.factorize(times.asi8)
+    in_time_order = np.empty(len(distinct), dtype=np.intp)
+    in_time_order[np.argsort(distinct)] = np.arange(len(distinct))
+    points = _Points(
+        table=table,
+        series=sel,
+        times=times,
+        moment=in_time_order[codes],
+        values=_values(values, row_ok) * table.mul[sel] / table.div[sel],
     )
-    if unknown:
-        problem(f"ignored series gpuwatch does not read: {', '.join(unknown)}")
-    no_uuid = sum(1 for r in resolved if r is not None and not r[0]["uuid"])
-    if no_uuid:
-        problem(f"{no_uuid} DCGM series without a UUID label were skipped")
-    no_node = sum(1 for r in resolved if r is not None and r[0]["uuid"] and not r[0]["node"])
-    if no_node:
-        problem(f"{no_node} DCGM series name no node (an exporter pod gpuwatch cannot place)")
-    keep = np.array([r is not None and bool(r[0]["uuid"]) for r in resolved], dtype=bool)
-    if not keep.any():
-        return None
+    if not points.series.size:
+        return RowBlock(
+            times=np.zeros(0, dtype="datetime64[ns]"),
+            row_key=np.zeros(0, dtype=np.intp),
+            keys=(),
+            key_ids=(),
+            values={},
+            unknown_names=table.unknown_names,
+            no_uuid=table.no_uuid,
+            no_node=table.no_node,
+        )
+    return _sorted_block(_pivot(_drop_mig_parents(points)))
+
+
+def _series_table(series: Sequence[Mapping[str, str]], exporters: ExporterPods) -> _SeriesTable:
+    """Resolve every series once, noting those skipped."""
+    resolved = [_resolve_series(labels, exporters) for labels in series]
+
+    def ids(found: Iterable[Mapping[str, str]]) -> frozenset[SeriesId]:
+        return frozenset(tuple(sorted(labels.items())) for labels in found)
+
+    pairs = list(zip(series, resolved, strict=True))
     codes: dict[str, dict[Any, int]] = {name: {} for name in ("unit", "key", "gpu", "field", "split")}
     columns: dict[str, list[int]] = {name: [] for name in codes}
     blank = dict.fromkeys(_SERIES_COLUMNS, "")
-    ids = []
+    per_series_ids = []
     for r in resolved:
         c = r[0] if r is not None else blank
         unit = (c["node"], c["uuid"], c["gpu_instance_id"])
@@ -570,24 +602,27 @@ def _series_table(
             ("split", c["split"]),
         ):
             columns[name].append(codes[name].setdefault(value, len(codes[name])))
-        ids.append(tuple(c[k] for k in ID_COLUMNS))
+        per_series_ids.append(tuple(c[k] for k in ID_COLUMNS))
     arrays = {name: np.array(column, dtype=np.intp) for name, column in columns.items()}
     return _SeriesTable(
-        keep=keep,
-        mul=np.array([r[1] if r is not None else math.nan for r in resolved]),
-        div=np.array([r[2] if r is not None else math.nan for r in resolved]),
+        keep=np.array([r is not None and bool(r[0]["uuid"]) for r in resolved], dtype=bool),
+        mul=np.array([r[1] if r is not None else math.nan for r in resolved], dtype=np.float64),
+        div=np.array([r[2] if r is not None else math.nan for r in resolved], dtype=np.float64),
         unit=arrays["unit"],
         key=arrays["key"],
         gpu=arrays["gpu"],
         field=arrays["field"],
         split=arrays["split"],
-        is_instance=np.array([r is not None and r[0]["gpu_instance_id"] != "" for r in resolved]),
-        ids=tuple(ids),
+        is_instance=np.array([r is not None and r[0]["gpu_instance_id"] != "" for r in resolved], dtype=bool),
+        ids=tuple(per_series_ids),
         units=tuple(codes["unit"]),
         keys=tuple(codes["key"]),
         fields=tuple(codes["field"]),
         n_gpus=len(codes["gpu"]),
         n_splits=len(codes["split"]),
+        unknown_names=frozenset(labels.get("__name__") or "(no name)" for labels, r in pairs if r is None),
+        no_uuid=ids(labels for labels, r in pairs if r is not None and not r[0]["uuid"]),
+        no_node=ids(labels for labels, r in pairs if r is not None and r[0]["uuid"] and not r[0]["node"]),
     )
 
 
@@ -655,7 +690,6 @@ class _Wide:
     points: _Points
     row_point: IntArray  # a point of each row (for its timestamp)
     row_key: IntArray
-    row_unit: IntArray
     values: dict[str, FloatArray]  # field name -> value per row
     ids: dict[str, list[str]]  # ID column -> value per unit
 
@@ -693,7 +727,6 @@ def _pivot(points: _Points) -> _Wide:
             points=points,
             row_point=every,
             row_key=key,
-            row_unit=t.unit[points.series],
             values=wide,
             ids=_unit_ids(points),
         )
@@ -722,7 +755,6 @@ def _pivot(points: _Points) -> _Wide:
         points=points,
         row_point=row_first,
         row_key=key[row_first],
-        row_unit=t.unit[points.series[row_first]],
         values=values,
         ids=_unit_ids(points),
     )
@@ -744,57 +776,113 @@ def _unit_ids(points: _Points) -> dict[str, list[str]]:
     return out
 
 
-def _choose_util(wide: _Wide) -> pd.DataFrame:
-    """util_ratio per unit: PROF when the unit reports it anywhere in the frame, else GPU_UTIL (SPEC §2)."""
-    n_rows = len(wide.row_key)
-    prof = wide.values.get(PROF_GR_ENGINE_ACTIVE.name)
-    dev = wide.values.get(DEV_GPU_UTIL.name)
-    unit = wide.row_unit
-    n_units = len(wide.points.table.units)
-
-    def reports(column: FloatArray | None) -> npt.NDArray[np.bool_]:
-        out = np.zeros(n_units, dtype=bool)
-        if column is not None:
-            np.logical_or.at(out, unit, ~np.isnan(column))
-        return out
-
-    has_prof, has_dev = reports(prof), reports(dev)
-    use_prof = has_prof[unit]
-    use_dev = ~has_prof[unit] & has_dev[unit]
-    prof_values = prof if prof is not None else np.full(n_rows, np.nan)
-    dev_values = dev if dev is not None else np.full(n_rows, np.nan)
-    util = np.where(use_prof, prof_values, np.where(use_dev, dev_values, np.nan))
-    source = np.where(use_prof, 1, np.where(use_dev, 2, 0))
-    # A unit on PROF has no row where only GPU_UTIL reported: that sample is unknown, not a mixed source.
-    only_dev_rows = use_prof & np.isnan(prof_values) & ~np.isnan(dev_values)
-    others = {
-        f: v for f, v in wide.values.items() if f not in (PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name)
-    }
-    for column in others.values():
-        only_dev_rows &= np.isnan(column)
-    keep = np.flatnonzero(~only_dev_rows)
-    # Sort by ROW_KEY: the timestamp, then the key's strings (ranked once per key).
-    keys = wide.points.table.keys
-    rank = np.empty(len(keys), dtype=np.intp)
-    rank[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
-    stamp = wide.points.times[wide.row_point[keep]].asi8
-    keep = keep[np.lexsort((rank[wide.row_key[keep]], stamp))]
-    key, unit = wide.row_key[keep], wide.row_unit[keep]
-    columns: dict[str, Any] = {"timestamp": wide.points.times[wide.row_point[keep]]}
-    for i, name in enumerate((*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS)):
-        if name in ID_COLUMNS:
-            columns[name] = categorical_strings(wide.ids[name], unit)
-        else:
-            position = i if i < len(UNIT_KEY) else i - len(ID_COLUMNS)
-            columns[name] = categorical_strings([k[position] for k in keys], key)
-    columns["util_ratio"] = util[keep]
-    columns["util_source"] = categorical_strings(
-        ["", PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name], source[keep]
+def _sorted_block(wide: _Wide) -> RowBlock:
+    """The pivoted rows sorted by ROW_KEY: the timestamp, then the key's strings (ranked once per key)."""
+    t = wide.points.table
+    rank = np.empty(len(t.keys), dtype=np.int64)
+    rank[sorted(range(len(t.keys)), key=t.keys.__getitem__)] = np.arange(len(t.keys))
+    moment = wide.points.moment[wide.row_point].astype(np.int64)
+    order = np.argsort(moment * len(t.keys) + rank[wide.row_key], kind="stable")
+    unit_of: dict[tuple[str, ...], int] = {unit: code for code, unit in enumerate(t.units)}
+    return RowBlock(
+        times=wide.points.times.tz_convert(None).to_numpy()[wide.row_point[order]],
+        row_key=wide.row_key[order],
+        keys=t.keys,
+        key_ids=tuple(tuple(wide.ids[c][unit_of[key[:3]]] for c in ID_COLUMNS) for key in t.keys),
+        values={name: column[order] for name, column in wide.values.items()},
+        unknown_names=t.unknown_names,
+        no_uuid=t.no_uuid,
+        no_node=t.no_node,
     )
-    by_column = {FIELD_BY_NAME[f].column: v for f, v in others.items()}
-    for name in sorted(by_column):
-        columns[name] = by_column[name][keep]
-    return pd.DataFrame(columns)
+
+
+def combine_row_blocks(blocks: Sequence[RowBlock], *, on_problem: Problem | None = None) -> pd.DataFrame:
+    """Blocks of disjoint stretches of time, in time order -> the `gpu_rows` frame.
+
+    util_ratio per unit: PROF when the unit reports it in any block, else GPU_UTIL (SPEC §2). A unit's
+    ID columns are the first non-empty values, block by block. Skipped series are reported once each.
+    """
+    problem = on_problem or (lambda _message: None)
+    unknown = sorted(frozenset[str]().union(*(b.unknown_names for b in blocks)))
+    if unknown:
+        problem(f"ignored series gpuwatch does not read: {', '.join(unknown)}")
+    no_uuid = len(frozenset[SeriesId]().union(*(b.no_uuid for b in blocks)))
+    if no_uuid:
+        problem(f"{no_uuid} DCGM series without a UUID label were skipped")
+    no_node = len(frozenset[SeriesId]().union(*(b.no_node for b in blocks)))
+    if no_node:
+        problem(f"{no_node} DCGM series name no node (an exporter pod gpuwatch cannot place)")
+    filled = [b for b in blocks if b.times.size]
+    if not filled:
+        return _empty_rows()
+    for before, after in itertools.pairwise(filled):
+        if not after.times[0] > before.times[-1]:
+            raise ValueError("row blocks must cover disjoint stretches of time, in time order")
+    keys: dict[tuple[str, ...], int] = {}
+    unit_ids: dict[tuple[str, ...], list[str]] = {}
+    row_keys = []
+    for block in filled:
+        remap = np.array([keys.setdefault(key, len(keys)) for key in block.keys], dtype=np.intp)
+        row_keys.append(remap[block.row_key])
+        for key, ids in zip(block.keys, block.key_ids, strict=True):
+            have = unit_ids.setdefault(key[:3], list(ids))
+            if not all(have):
+                have[:] = [old or new for old, new in zip(have, ids, strict=True)]
+    names = list(dict.fromkeys(name for block in filled for name in block.values))
+    values = {
+        name: np.concatenate(
+            [b.values[name] if name in b.values else np.full(len(b.times), np.nan) for b in filled]
+        )
+        for name in names
+    }
+    row_key = np.concatenate(row_keys)
+    unit_code = {unit: code for code, unit in enumerate(unit_ids)}
+    key_list = list(keys)
+    unit = np.array([unit_code[key[:3]] for key in key_list], dtype=np.intp)[row_key]
+    util, source, keep = _choose_util(values, unit, len(unit_code))
+    if keep is not None:
+        row_key = row_key[keep]
+    times = np.concatenate([b.times for b in filled])
+    columns: dict[str, Any] = {
+        "timestamp": pd.Series(times if keep is None else times[keep], copy=False).dt.tz_localize("UTC")
+    }
+    tables = {name: [key[p] for key in key_list] for p, name in enumerate((*UNIT_KEY, *WORKLOAD_COLUMNS))}
+    tables |= {name: [unit_ids[key[:3]][p] for key in key_list] for p, name in enumerate(ID_COLUMNS)}
+    for name in (*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS):
+        columns[name] = categorical_strings(tables[name], row_key)
+    columns["util_ratio"] = util
+    columns["util_source"] = categorical_strings(["", PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name], source)
+    others = {FIELD_BY_NAME[f].column: v for f, v in values.items() if f not in _UTIL_NAMES}
+    for name in sorted(others):
+        columns[name] = others[name] if keep is None else others[name][keep]
+    return pd.DataFrame(columns, copy=False)
+
+
+_UTIL_NAMES: Final = (PROF_GR_ENGINE_ACTIVE.name, DEV_GPU_UTIL.name)
+
+
+def _choose_util(
+    values: Mapping[str, FloatArray], unit: IntArray, n_units: int
+) -> tuple[FloatArray, "np.ndarray[Any, np.dtype[np.int8]]", IntArray | None]:
+    """util_ratio and its source (0 none, 1 PROF, 2 GPU_UTIL) per kept row, and the rows kept (None: all).
+
+    A unit on PROF has no row where only GPU_UTIL reported: that sample is unknown, not a mixed source.
+    """
+    prof, dev = (values[n] if n in values else np.full(len(unit), np.nan) for n in _UTIL_NAMES)
+    prof_seen, dev_seen = ~np.isnan(prof), ~np.isnan(dev)
+    has_prof = np.bincount(unit[prof_seen], minlength=n_units) > 0
+    has_dev = np.bincount(unit[dev_seen], minlength=n_units) > 0
+    on_prof = has_prof[unit]
+    source = np.where(has_prof, 1, np.where(has_dev, 2, 0)).astype(np.int8)[unit]
+    util = np.where(on_prof, prof, dev)  # NaN where the unit reports neither
+    only_dev_rows = on_prof & dev_seen & ~prof_seen
+    for name, column in values.items():
+        if name not in _UTIL_NAMES:
+            only_dev_rows &= np.isnan(column)
+    if not only_dev_rows.any():
+        return util, source, None
+    keep = np.flatnonzero(~only_dev_rows)
+    return util[keep], source[keep], keep
 
 
 _SERIES_COLUMNS: Final = (*UNIT_KEY, *ID_COLUMNS, *WORKLOAD_COLUMNS, "field", "split")

@@ -34,11 +34,13 @@ from gpuwatch.sources.dcgm import (
     UTIL_FIELDS,
     ExporterPods,
     Field,
+    RowBlock,
+    combine_row_blocks,
     field_of,
     is_dcgm_metric,
     is_exporter_pod_name,
     resolve_workload,
-    series_rows,
+    row_block,
     to_float,
 )
 
@@ -114,18 +116,6 @@ class Points:
             timestamps=np.concatenate([p.timestamps for p in parts]),
             values=np.concatenate([p.values for p in parts]),
         )
-
-    def merged(self) -> "Points":
-        """One entry per distinct label set: a series answered in several chunks is resolved once."""
-        seen: dict[tuple[tuple[str, str], ...], int] = {}
-        code = np.array(
-            [seen.setdefault(tuple(sorted(labels.items())), len(seen)) for labels in self.series],
-            dtype=np.intp,
-        )
-        if len(seen) == len(self.series):
-            return self
-        series = tuple(dict(labels) for labels in seen)
-        return Points(series=series, index=code[self.index], timestamps=self.timestamps, values=self.values)
 
     def named(self, metric: str) -> "Points":
         """The same points with `__name__` set on every series (range functions drop it)."""
@@ -420,34 +410,40 @@ class PrometheusSource:
         estimate = self._series_estimate(wanted, matchers, at=window.end)
         first = window.start + timedelta(seconds=step)
         per_chunk = self.chunk_points(estimate, step_seconds=step)
-        tasks = [
-            (metric, query, a, min(window.n_samples, a + per_chunk))
-            for metric, query in queries
-            for a in range(0, window.n_samples, per_chunk)
-        ]
+        chunks = [(a, min(window.n_samples, a + per_chunk)) for a in range(0, window.n_samples, per_chunk)]
+        answers: dict[int, list[Points]] = {k: [] for k in range(len(chunks))}
+        lock = threading.Lock()
 
-        def run(task: tuple[str, str, int, int]) -> Points:
-            metric, query, a, b = task
-            return self._range_chunk(query, first, a, b, step).named(metric)
+        def run(task: tuple[int, str, str]) -> RowBlock | None:
+            """One alias over one chunk; the thread that brings a chunk's last answer builds its rows."""
+            k, metric, query = task
+            points = self._range_chunk(query, first, *chunks[k], step).named(metric)
+            with lock:
+                answers[k].append(points)
+                if len(answers[k]) < len(queries):
+                    return None
+                together = Points.concat(answers.pop(k))
+            return row_block(
+                together.series,
+                together.index,
+                pd.to_datetime(together.timestamps - step * 1000, unit="ms", utc=True),
+                together.values,
+                exporters=exporters,
+            )
 
+        tasks = [(k, metric, query) for k in range(len(chunks)) for metric, query in queries]
         pool = ThreadPoolExecutor(max_workers=self.max_concurrent_queries)
-        try:
-            parts = list(pool.map(run, tasks))
+        try:  # chunk by chunk in time order, so their rows are built while later chunks are fetched
+            blocks = [block for block in pool.map(run, tasks) if block is not None]
         finally:  # after a failure, chunks not yet sent are not sent
             pool.shutdown(wait=True, cancel_futures=True)
-        points = Points.concat(parts).merged()
-        rows = series_rows(
-            points.series,
-            points.index,
-            pd.to_datetime(points.timestamps - step * 1000, unit="ms", utc=True),
-            points.values,
-            exporters=exporters,
-            on_problem=self._warn,
-        )
+        rows = combine_row_blocks(blocks, on_problem=self._warn)
         inside = (rows["timestamp"] >= pd.Timestamp(window.start)) & (
             rows["timestamp"] < pd.Timestamp(window.end)
         )
-        return DCGM_SAMPLES.check(rows.loc[inside].reset_index(drop=True))
+        if not inside.all():
+            rows = rows.loc[inside].reset_index(drop=True)
+        return DCGM_SAMPLES.check(rows)
 
     def alias_queries(
         self, window: Window, fields: Sequence[Field], matchers: Sequence[promql.Matcher] = ()
@@ -562,7 +558,9 @@ def _parse(result: Any, *, instant: bool) -> Points:
         found = [item["value"]] if instant else item["values"]
         if not isinstance(found, list):
             raise TypeError(f"expected a list of [time, value] pairs, got {type(found).__name__}")
-        series.append({str(a): str(b) for a, b in labels.items()})
+        if not all(type(v) is str for v in labels.values()):  # JSON keys are str already
+            labels = {str(a): str(b) for a, b in labels.items()}
+        series.append(labels)
         pairs.append(found)
     if not series:
         return Points.empty()

@@ -149,9 +149,10 @@ def dcgm_alias_query(
     (avg_over_time), counters and sticky values read last (last_over_time). Nothing else happens on the
     server: the reduction that matters, a step's raw scrapes to one point, is done there, while label
     work (unit conversion per alias, uuid/hostname spellings, `vgpu` copies, MIG parents, xid codes) is
-    done per series by `dcgm.series_rows`. Prometheus evaluates label_replace, `or` and `avg by` per
-    step and series: on a week of 1,000 GPUs that costs ~10x the reads themselves (benchmarks/collect.py).
-    The range function drops the metric name; the caller knows it (one query per alias).
+    done per series on the client (`dcgm.row_block`). Prometheus evaluates label_replace, `or` and
+    `avg by` per step and series: on a week of 1,000 GPUs that costs ~10x the reads themselves
+    (benchmarks/collect.py). The range function drops the metric name; the caller knows it (one query
+    per alias).
 
     dcgm_alias_query(DEV_GPU_UTIL, "DCGM_FI_DEV_GPU_UTIL", step_seconds=60,
     unless_metrics=["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]) is::
