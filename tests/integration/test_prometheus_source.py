@@ -74,6 +74,21 @@ def samples(demo_prometheus: BackfilledPrometheus, servicemonitor: PrometheusSou
     return servicemonitor.gpu_samples(window_of(fleet), exporters=exporter_pods(fleet))
 
 
+def test_rows_built_chunk_by_chunk_equal_one_chunk(
+    demo_prometheus: BackfilledPrometheus, samples: pd.DataFrame
+) -> None:
+    # Hour-long chunks, two at once: each chunk's rows are built in the thread that receives it, then
+    # joined. The four-hour window holds MIG, time-sliced and vGPU units and the L4 exporter's gap.
+    fleet = demo_prometheus.fleet
+    source = PrometheusSource(demo_prometheus.url, max_chunk_seconds=3600, max_concurrent_queries=2)
+    try:
+        chunked = source.gpu_samples(window_of(fleet), exporters=exporter_pods(fleet))
+    finally:
+        source.close()
+    assert source.chunk_points(0, step_seconds=window_of(fleet).step_seconds) < window_of(fleet).n_samples / 3
+    pd.testing.assert_frame_equal(chunked, samples)
+
+
 def test_gpu_samples_equal_the_simulated_utilization(
     demo_prometheus: BackfilledPrometheus, samples: pd.DataFrame
 ) -> None:
