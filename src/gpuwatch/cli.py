@@ -18,7 +18,8 @@ from gpuwatch.units import parse_duration_seconds
 if TYPE_CHECKING:
     from gpuwatch.service import FleetService, SimulationParams
 
-EXIT_OK, EXIT_USAGE, EXIT_SOURCE = 0, 2, 3
+# 1: `gpuwatch check` found a problem (one line each on stderr); 2: usage or config; 3: a source unreachable.
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +90,16 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--interval", type=_step_seconds, default=30, help="collection cycle (default 30s)")
     export.set_defaults(handler=_cmd_export)
 
-    check = sub.add_parser("check", parents=[common], help="connectivity, RBAC, DCGM metrics, coverage")
+    check = sub.add_parser(
+        "check",
+        parents=[common],
+        help="connectivity, RBAC, DCGM metrics, coverage",
+        description="What gpuwatch can see, one line each: `ok:` findings and `warning:` lines on standard "
+        "output, problems on standard error.",
+        epilog="exit codes: 0 no problem (warnings such as low coverage or a Prometheus with too little "
+        "history yet do not fail), 1 a problem was found, 2 usage or configuration error, 3 Prometheus "
+        "or the Kubernetes API is unreachable",
+    )
     check.set_defaults(handler=_cmd_check)
 
     sim = sub.add_parser("simulate", help="the simulated fleet as outside systems see it")
@@ -274,7 +284,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"gpuwatch: problem: {problem}", file=sys.stderr)
     if result.unreachable:
         return EXIT_SOURCE
-    return 1 if result.problems else EXIT_OK
+    return EXIT_PROBLEM if result.problems else EXIT_OK
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:

@@ -9,8 +9,8 @@ import pandas as pd
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import LEDGER_STATES, Window
-from gpuwatch.service import Coverage
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
+from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     HistorySums,
@@ -115,7 +115,7 @@ def assemble(
     fleet_ledger = pd.DataFrame(
         {
             **{k: [v] for k, v in ledger.items()},
-            "cost_usd": [dollars("allocated_idle", "allocated_active")],
+            "cost_usd": [dollars(*ALLOCATED_STATES)],
             "waste_usd": [dollars("allocated_idle")],
             "unallocated_cost_usd": [dollars("unallocated")],
             "stranded_cost_usd": [dollars("stranded")],
@@ -128,6 +128,7 @@ def assemble(
         allocated_gpu_hours=("allocated_gpu_hours", "sum"),
         used_gpu_hours=("used_gpu_hours", _sum_known),
         idle_gpu_hours=("idle_gpu_hours", "sum"),
+        unknown_gpu_hours=("unknown_gpu_hours", "sum"),
         cost_usd=("cost_usd", "sum"),
         waste_usd=("waste_usd", "sum"),
         pods=("pod", "size"),
@@ -136,9 +137,11 @@ def assemble(
         {
             "allocated_gpu_hours": [float(teams["allocated_gpu_hours"].sum())],
             "used_gpu_hours": [_sum_known(teams["used_gpu_hours"])],
+            "unknown_gpu_hours": [float(teams["unknown_gpu_hours"].sum())],
         }
     )
     pools = _pools(sums, hours, pool_hours, workloads)
+    pools["usd_per_gpu_hour"] = price_of(pools["pool"])
     step = window.step_seconds
     warnings = [*source_warnings, *_gap_warnings(sums.pieces)]
     default = settings.pricing.default_usd_per_gpu_hour
@@ -152,14 +155,17 @@ def assemble(
         "unattributed GPU-hours (both shown as 0), and count GPU samples present per node and piece (a day), "
         "capped at capacity (--source raw recomputes all three)"
     )
-    expected, present = _telemetry_gpu_hours(sums, hours)
+    expected_hours, present_hours = _telemetry_gpu_hours(sums, hours)
+    # GPU-hours of available capacity and of telemetry, counted in samples of the report's step.
+    expected = round(max(0.0, expected_hours - ledger["unavailable_gpu_hours"]) * SECONDS_PER_HOUR / step)
+    present = min(expected, round(present_hours * SECONDS_PER_HOUR / step))
+    low = coverage_warning(expected=expected, present=present)
     coverage = Coverage(
-        # GPU-hours of capacity and of telemetry, counted in samples of the report's step.
-        gpu_samples_expected=round(expected * SECONDS_PER_HOUR / step),
-        gpu_samples_present=round(present * SECONDS_PER_HOUR / step),
+        gpu_samples_expected=expected,
+        gpu_samples_present=present,
         unattributed_gpu_hours=0.0,
         util_source={"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0, "DCGM_FI_DEV_GPU_UTIL": 0},
-        warnings=tuple(dict.fromkeys(warnings)),
+        warnings=tuple(dict.fromkeys([*([low] if low else []), *warnings])),
     )
     return History(
         window=window,
@@ -253,7 +259,10 @@ def _workloads(sums: HistorySums, hours: _Hours, price_of: "PriceOf") -> pd.Data
     series = hours.by(sums.pod_allocated, keys, "allocated_gpu_hours")
     series = series.merge(hours.by(sums.pod_idle, keys, "idle_gpu_hours"), on=keys, how="left")
     series = series.merge(hours.by(sums.pod_used, keys, "used_gpu_hours"), on=keys, how="left")
-    series["idle_gpu_hours"] = series["idle_gpu_hours"].fillna(0.0)
+    series = series.merge(hours.by(sums.pod_unknown, keys, "unknown_gpu_hours"), on=keys, how="left")
+    series[["idle_gpu_hours", "unknown_gpu_hours"]] = series[["idle_gpu_hours", "unknown_gpu_hours"]].fillna(
+        0.0
+    )
     usd = price_of(series["pool"])
     series["cost_usd"] = series["allocated_gpu_hours"].to_numpy() * usd
     series["waste_usd"] = series["idle_gpu_hours"].to_numpy() * usd
@@ -274,6 +283,7 @@ def _workloads(sums: HistorySums, hours: _Hours, price_of: "PriceOf") -> pd.Data
         allocated_gpu_hours=("allocated_gpu_hours", "sum"),
         used_gpu_hours=("used_gpu_hours", _sum_known),
         idle_gpu_hours=("idle_gpu_hours", "sum"),
+        unknown_gpu_hours=("unknown_gpu_hours", "sum"),
         cost_usd=("cost_usd", "sum"),
         waste_usd=("waste_usd", "sum"),
     ).reset_index()
@@ -291,11 +301,12 @@ def _teams(sums: HistorySums, hours: _Hours, workloads: pd.DataFrame) -> pd.Data
     wide = states.pivot_table(
         index="team", columns="state", values="gpu_hours", aggfunc="sum", fill_value=0.0
     )
-    wide = wide.reindex(columns=["allocated_idle", "allocated_active"], fill_value=0.0).astype("float64")
+    wide = wide.reindex(columns=list(ALLOCATED_STATES), fill_value=0.0).astype("float64")
     teams = pd.DataFrame(
         {
-            "allocated_gpu_hours": wide["allocated_idle"] + wide["allocated_active"],
+            "allocated_gpu_hours": wide[list(ALLOCATED_STATES)].sum(axis=1),
             "idle_gpu_hours": wide["allocated_idle"],
+            "unknown_gpu_hours": wide["allocated_unknown"],
         }
     )
     for name, frame in (
@@ -305,7 +316,10 @@ def _teams(sums: HistorySums, hours: _Hours, workloads: pd.DataFrame) -> pd.Data
     ):
         teams = teams.join(hours.by(frame, ("team",), name).set_index("team"), how="outer")
     teams = teams.join(workloads.groupby("team").size().rename("pods"), how="outer")
-    filled = {c: 0.0 for c in ("allocated_gpu_hours", "idle_gpu_hours", "cost_usd", "waste_usd")}
+    filled = {
+        c: 0.0
+        for c in ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
+    }
     teams = teams.fillna(filled).fillna({"pods": 0}).astype({"pods": "int64"})
     return teams.rename_axis(index="team").reset_index()
 

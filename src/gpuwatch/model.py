@@ -13,7 +13,17 @@ MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries above this ma
 RESOURCE_GPU = "nvidia.com/gpu"
 RESOURCE_GPU_SHARED = "nvidia.com/gpu.shared"
 RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
-LEDGER_STATES = ("unavailable", "stranded", "unallocated", "allocated_idle", "allocated_active")
+# SPEC §3: every GE-hour of capacity is in exactly one state. allocated_unknown holds the allocated GE-hours
+# whose utilization is unknown (no telemetry): never drawn or counted as idle or active.
+LEDGER_STATES = (
+    "unavailable",
+    "stranded",
+    "unallocated",
+    "allocated_unknown",
+    "allocated_idle",
+    "allocated_active",
+)
+ALLOCATED_STATES = ("allocated_unknown", "allocated_idle", "allocated_active")
 
 _POOL_SUFFIX = re.compile(r"(-SHARED|-MIG-.*)$", re.IGNORECASE)
 _MIG_PROFILE = re.compile(r"^(\d+)g\.\d+gb(\+\w+)?$")

@@ -13,13 +13,16 @@ import pandas as pd
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import History
-from gpuwatch.model import LEDGER_STATES, Window
-from gpuwatch.service import Analysis, Coverage, usage_tables
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
+from gpuwatch.service import Analysis, Coverage, low_coverage_warning, usage_tables
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")
 GROUPS = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}
-SCHEMA_VERSION = 1
+# 2: the allocated_unknown ledger state, unknown_gpu_hours per group, pool prices and health events
+# (additions: every version-1 field keeps its name; allocated_active no longer counts unknown hours).
+SCHEMA_VERSION = 2
+_EPSILON_HOURS = 1e-9  # float noise of a difference of GE-hour sums
 SOURCE_RAW = "raw (DCGM series and the Kubernetes API, recomputed)"
 SOURCE_HISTORY = "history (gpuwatch_* series recorded by `gpuwatch export`)"
 
@@ -75,6 +78,7 @@ _USAGE = [
     "allocated_gpu_hours",
     "used_gpu_hours",
     "idle_gpu_hours",
+    "unknown_gpu_hours",
     "efficiency",
     "cost_usd",
     "waste_usd",
@@ -93,6 +97,7 @@ _COLUMNS = {
         "allocated_gpu_hours",
         "used_gpu_hours",
         "idle_gpu_hours",
+        "unknown_gpu_hours",
         "waste_usd",
         "idle_since",
     ],
@@ -105,6 +110,7 @@ _COLUMNS = {
         "fragmentation_ratio",
         "largest_free_block",
         "stranded_gpu_hours",
+        "usd_per_gpu_hour",
     ],
 }
 
@@ -150,6 +156,7 @@ def render_table(report: Report, *, group_by: str = "team", top: int = 15, sourc
         f"gpuwatch report  {window['start']} .. {window['end']}  (step {window['step_seconds']} s)",
         *([f"source: {source}"] if source else []),
         f"fleet: {fleet['gpus']} GPUs, {_fmt(capacity)} GPU-hours of capacity",
+        *[f"warning: {w}" for w in _low_coverage(report)],
         "",
     ]
     ledger_rows = [
@@ -182,8 +189,14 @@ def render_table(report: Report, *, group_by: str = "team", top: int = 15, sourc
         f" ({_fmt(_share(coverage['gpu_samples_present'], expected), 'pct')}), "
         f"{_fmt(coverage['unattributed_gpu_hours'])} unattributed GPU-hours",
     ]
-    out += [f"warning: {w}" for w in coverage["warnings"]]
+    out += [f"warning: {w}" for w in coverage["warnings"] if w not in _low_coverage(report)]
     return "\n".join(out) + "\n"
+
+
+def _low_coverage(report: Report) -> list[str]:
+    """The low-coverage warning, shown first: every number after it misses that much telemetry."""
+    warning = low_coverage_warning(report["coverage"]["warnings"])
+    return [warning] if warning else []
 
 
 def _share(part: float, whole: float) -> float:
@@ -200,6 +213,7 @@ def render_html(report: Report, *, group_by: str = "team", source: str = "") -> 
         "unavailable": "#7f7f7f",
         "stranded": "#d62728",
         "unallocated": "#c7c7c7",
+        "allocated_unknown": "#9467bd",
         "allocated_idle": "#ff7f0e",
         "allocated_active": "#2ca02c",
     }
@@ -224,6 +238,7 @@ def render_html(report: Report, *, group_by: str = "team", source: str = "") -> 
     sections = [
         f"<h1>GPU waste report</h1><p class='muted'>{html.escape(window['start'])} to "
         f"{html.escape(window['end'])}{html.escape(f' · {source}' if source else '')}</p>",
+        *[f"<p class='warn'>{html.escape(w)}</p>" for w in _low_coverage(report)],
         _kpis(fleet),
         chart_html,
         "<h2>Ledger</h2>",
@@ -261,7 +276,7 @@ def render_html(report: Report, *, group_by: str = "team", source: str = "") -> 
         "margin:0.5rem 0 1.5rem}td,th{padding:4px 10px;border-bottom:1px solid #d9e2ec}th{text-align:left;"
         "background:#f0f4f8}td.n{text-align:right}.muted{color:#627d98}.kpis{display:flex;gap:1rem;"
         "flex-wrap:wrap}.kpi{background:#f0f4f8;padding:0.5rem 1rem;border-radius:6px}.kpi b{display:block;"
-        "font-size:1.4rem}"
+        "font-size:1.4rem}.warn{background:#fff4e5;border-left:5px solid #de911d;padding:0.5rem 1rem}"
     )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>gpuwatch waste report</title>"
@@ -299,8 +314,11 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeri
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def build_report(analysis: Analysis) -> Report:
-    """The schema_version 1 report of an analysis: every hour a GE-hour, every ratio in [0, 1] or null."""
+def build_report(analysis: Analysis, *, health: pd.DataFrame | None = None) -> Report:
+    """The schema_version 2 report of an analysis: every hour a GE-hour, every ratio in [0, 1] or null.
+
+    health: the window's health events (service.health_events), when read.
+    """
     return report_from_tables(
         usage_tables(analysis),
         window=analysis.window,
@@ -308,10 +326,11 @@ def build_report(analysis: Analysis) -> Report:
         gpus=int(analysis.nodes["capacity_ge"].sum()),
         pending=analysis.pending,
         coverage=analysis.coverage,
+        health=health,
     )
 
 
-def build_history_report(history: History) -> Report:
+def build_history_report(history: History, *, health: pd.DataFrame | None = None) -> Report:
     """The same report from gpuwatch's own series (the long-window path of SPEC §4.3)."""
     return report_from_tables(
         history.tables,
@@ -320,6 +339,7 @@ def build_history_report(history: History) -> Report:
         gpus=history.gpus,
         pending=history.pending,
         coverage=history.coverage,
+        health=health,
     )
 
 
@@ -331,6 +351,7 @@ def report_from_tables(
     gpus: int,
     pending: pd.DataFrame,
     coverage: Coverage,
+    health: pd.DataFrame | None = None,
 ) -> Report:
     """The report of usage tables shaped as usage_tables() makes them (fleet, fleet_ledger, team,
     namespace, workload, pool), the pending-pod diagnosis and coverage, whichever path computed them."""
@@ -339,6 +360,7 @@ def report_from_tables(
     capacity = float(sum(ledger_row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
     allocated = _num(fleet_usage["allocated_gpu_hours"]) if fleet_usage is not None else 0.0
     used = _num(fleet_usage["used_gpu_hours"]) if fleet_usage is not None else None
+    unknown = float(fleet_usage["unknown_gpu_hours"]) if fleet_usage is not None else 0.0
     return {
         "schema_version": SCHEMA_VERSION,
         "window": {
@@ -356,7 +378,7 @@ def report_from_tables(
             "ledger_gpu_hours": {s: float(ledger_row[f"{s}_gpu_hours"]) for s in LEDGER_STATES},
             "allocated_gpu_hours": allocated,
             "used_gpu_hours": used if used is not None else 0.0,
-            "efficiency": _ratio(used, allocated),
+            "efficiency": _efficiency(used, allocated, unknown),
             "allocation_rate": _ratio(allocated, capacity),
             "cost_usd": float(ledger_row["cost_usd"]),
             "waste_usd": float(ledger_row["waste_usd"]),
@@ -376,6 +398,7 @@ def report_from_tables(
                 "allocated_gpu_hours": float(r["allocated_gpu_hours"]),
                 "used_gpu_hours": _num(r["used_gpu_hours"]) or 0.0,
                 "idle_gpu_hours": float(r["idle_gpu_hours"]),
+                "unknown_gpu_hours": float(r["unknown_gpu_hours"]),
                 "waste_usd": float(r["waste_usd"]),
                 "idle_since": None if pd.isna(r["idle_since"]) else _iso(r["idle_since"]),
             }
@@ -389,12 +412,13 @@ def report_from_tables(
                 "nodes": int(r["nodes"]),
                 "gpus": int(r["gpus"]),
                 "allocation_rate": _ratio(
-                    r["allocated_idle_gpu_hours"] + r["allocated_active_gpu_hours"], _pool_capacity(r)
+                    sum(r[f"{s}_gpu_hours"] for s in ALLOCATED_STATES), _pool_capacity(r)
                 ),
                 "utilization": _ratio(_num(r["used_gpu_hours"]), _pool_capacity(r)),
                 "fragmentation_ratio": _ratio(_num(r["fragmentation_ratio"]), 1.0),
                 "largest_free_block": _num(r["largest_free_block_ge"]) or 0.0,
                 "stranded_gpu_hours": float(r["stranded_gpu_hours"]),
+                "usd_per_gpu_hour": _num(r["usd_per_gpu_hour"]),
             }
             for r in tables["pool"].to_dict("records")
         ],
@@ -409,6 +433,19 @@ def report_from_tables(
                 "blocked_by": str(r["blocked_by"]),
             }
             for r in pending.to_dict("records")
+        ],
+        "health": [
+            {
+                "severity": str(r["severity"]),
+                "kind": str(r["kind"]),
+                "event": str(r["event"]),
+                "node": str(r["node"]),
+                "gpu": str(r["gpu"]),
+                "uuid": str(r["uuid"]),
+                "value": _num(r["value"]),
+                "detail": str(r["detail"]),
+            }
+            for r in (health.to_dict("records") if health is not None else [])
         ],
         "coverage": {
             "gpu_samples_expected": coverage.gpu_samples_expected,
@@ -432,7 +469,10 @@ def _usage_rows(frame: pd.DataFrame, keys: Sequence[str]) -> list[dict[str, Any]
             "allocated_gpu_hours": float(r["allocated_gpu_hours"]),
             "used_gpu_hours": _num(r["used_gpu_hours"]) or 0.0,
             "idle_gpu_hours": float(r["idle_gpu_hours"]),
-            "efficiency": _ratio(_num(r["used_gpu_hours"]), float(r["allocated_gpu_hours"])),
+            "unknown_gpu_hours": float(r["unknown_gpu_hours"]),
+            "efficiency": _efficiency(
+                _num(r["used_gpu_hours"]), float(r["allocated_gpu_hours"]), float(r["unknown_gpu_hours"])
+            ),
             "cost_usd": float(r["cost_usd"]),
             "waste_usd": float(r["waste_usd"]),
             "pods": int(r["pods"]),
@@ -447,6 +487,13 @@ def _num(value: Any) -> float | None:
         return None
     number = float(value)
     return number if math.isfinite(number) else None
+
+
+def _efficiency(used: float | None, allocated: float | None, unknown: float) -> float | None:
+    """Used ÷ the allocated GE-hours whose utilization is known: hours without telemetry are neither
+    busy nor idle, so they are left out of both sides (null when none is known)."""
+    measured = None if allocated is None else allocated - unknown
+    return _ratio(used, measured) if measured is not None and measured > _EPSILON_HOURS else None
 
 
 def _ratio(part: float | None, whole: float | None) -> float | None:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwatch import __version__
-from gpuwatch.model import LEDGER_STATES
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES
 
 if TYPE_CHECKING:  # the service layer imports this module; only the type flows back
     from gpuwatch.service import Analysis
@@ -29,12 +29,13 @@ HELP = {
     "gpuwatch_pod_gpu_idle": "GPU-equivalents of the pod that are idle-allocated (SPEC idle rule).",
     "gpuwatch_pod_gpu_utilization_ratio": "GE-weighted mean utilization of the pod's GPUs (0-1).",
     "gpuwatch_pod_gpu_used": "GPU-equivalents of the pod actually busy: sum of utilization x GE share.",
+    "gpuwatch_pod_gpu_unknown": "GPU-equivalents of the pod whose utilization is unknown (no telemetry).",
     "gpuwatch_pod_gpu_idle_since_timestamp_seconds": "Since when all of the pod's GPUs are idle-allocated.",
     "gpuwatch_node_gpus": "GPU-equivalents of the node in each ledger state.",
     "gpuwatch_node_gpu_capacity": "Physical GPUs on the node.",
     "gpuwatch_node_gpu_allocatable": "GPU-equivalents the device plugin advertises as allocatable.",
     "gpuwatch_node_gpus_reporting": "GPU units of the node with DCGM telemetry in the last sample.",
-    "gpuwatch_team_gpus": "GPU-equivalents the team holds, idle-allocated or active.",
+    "gpuwatch_team_gpus": "GPU-equivalents the team holds, by state: allocated_unknown, _idle or _active.",
     "gpuwatch_team_used_gpus": "GPU-equivalents of the team actually busy: sum of utilization x GE share.",
     "gpuwatch_pool_gpus": "GPU-equivalents of the pool in each ledger state.",
     "gpuwatch_pool_fragmentation_ratio": "FGD fragmentation ratio of the pool (Weng et al., ATC'23).",
@@ -70,6 +71,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
     price = price_per_pool(analysis)
     marked = marked.assign(
         idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
+        unknown_ge=np.where(marked["util_ratio"].isna(), marked["ge_share"], 0.0),
         util_ge=marked["ge_share"] * marked["util_ratio"],
         usd=marked["ge_share"] * marked["pool"].map(price).astype("float64"),
     )
@@ -77,6 +79,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
     pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
         ge=("ge_share", "sum"),
         idle=("idle_ge", "sum"),
+        unknown=("unknown_ge", "sum"),
         util_ge=("util_ge", "sum"),
         known=("util_ratio", "count"),
         units=("idle", "size"),
@@ -114,6 +117,12 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             HELP["gpuwatch_pod_gpu_used"],
             tuple(pod_keys),
             util.drop(columns="value").rename(columns={"util_ge": "value"}),
+        ),
+        Family(
+            "gpuwatch_pod_gpu_unknown",
+            HELP["gpuwatch_pod_gpu_unknown"],
+            tuple(pod_keys),
+            pods.rename(columns={"unknown": "value"}),
         ),
         Family(
             "gpuwatch_pod_gpu_idle_since_timestamp_seconds",
@@ -176,16 +185,18 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
     )
     teams = marked.groupby(["timestamp", "team"], as_index=False).agg(
         allocated_idle=("idle_ge", "sum"),
+        allocated_unknown=("unknown_ge", "sum"),
         total=("ge_share", "sum"),
         usd=("usd", "sum"),
         idle_usd=("idle_usd", "sum"),
         used=("util_ge", "sum"),
         known=("util_ratio", "count"),
     )
-    teams["allocated_active"] = teams["total"] - teams["allocated_idle"]
+    active = teams["total"] - teams["allocated_idle"] - teams["allocated_unknown"]
+    teams["allocated_active"] = active.clip(lower=0.0)  # float noise of the subtraction, not a state
     team_states = teams.melt(
         id_vars=["timestamp", "team"],
-        value_vars=["allocated_idle", "allocated_active"],
+        value_vars=list(ALLOCATED_STATES),
         var_name="state",
         value_name="value",
     )

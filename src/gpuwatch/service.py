@@ -21,7 +21,7 @@ from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, PrometheusError, SourceError
-from gpuwatch.model import PriceBook, TeamRules, Window, ge_per_unit, normalize_product
+from gpuwatch.model import ALLOCATED_STATES, PriceBook, TeamRules, Window, ge_per_unit, normalize_product
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.series import published_series, write_openmetrics
 from gpuwatch.sources.dcgm import ExporterPods
@@ -470,7 +470,8 @@ def analyze(
             f"{over:.2f} GPU-hours allocated beyond what nodes advertise (excluded from the ledger)"
         )
     if len(result.unknown_nodes):
-        lost = float(result.unknown_nodes[["allocated_idle_ge", "allocated_active_ge"]].sum().sum()) * step_h
+        allocated_columns = [f"{state}_ge" for state in ALLOCATED_STATES]
+        lost = float(result.unknown_nodes[allocated_columns].sum().sum()) * step_h
         names = ", ".join(sorted(result.unknown_nodes["node"].unique())[:5])
         warnings.append(f"{lost:.2f} GPU-hours allocated on nodes the API server does not list ({names})")
     if attribution.pods_without_telemetry:
@@ -480,12 +481,16 @@ def analyze(
         source: int(physical.loc[physical["util_source"] == source, "uuid"].nunique())
         for source in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
     }
+    expected, present = _gpu_samples(result.by_node, physical)
+    first = _first_time(physical)
+    late = first is not None and first > window.start + timedelta(seconds=window.step_seconds)
+    low = coverage_warning(expected=expected, present=present, first_sample=first if late else None)
     coverage = Coverage(
-        gpu_samples_expected=int(nodes["capacity_ge"].sum()) * len(sample_times),
-        gpu_samples_present=len(physical),
+        gpu_samples_expected=expected,
+        gpu_samples_present=present,
         unattributed_gpu_hours=float(attribution.unattributed["ge"].sum()) * step_h,
         util_source=util_source,
-        warnings=tuple(dict.fromkeys(warnings)),
+        warnings=tuple(dict.fromkeys([*([low] if low else []), *warnings])),
     )
     return Analysis(
         window=window,
@@ -509,6 +514,53 @@ def analyze(
             columns=["namespace", "pod", "resource"],
         ),
     )
+
+
+# SPEC §3 coverage: under this share of the expected GPU-samples, every surface says how much is missing.
+MIN_COVERAGE_RATIO = 0.9
+LOW_COVERAGE_PREFIX = "telemetry covers only"
+
+
+def coverage_warning(*, expected: int, present: int, first_sample: datetime | None = None) -> str | None:
+    """The coverage warning of a window: None when at least MIN_COVERAGE_RATIO of the expected GPU-samples
+    are present. `first_sample`, when given, is the earliest DCGM sample seen (a young Prometheus)."""
+    if expected <= 0 or present >= MIN_COVERAGE_RATIO * expected:
+        return None
+    since = f"; the first DCGM sample is at {_iso_z(first_sample)}" if first_sample is not None else ""
+    return (
+        f"{LOW_COVERAGE_PREFIX} {present / expected:.1%} of the window ({present:,} of {expected:,} "
+        f"GPU-samples present){since}: allocated GPU-hours without telemetry are counted allocated_unknown, "
+        "never active or idle"
+    )
+
+
+def low_coverage_warning(warnings: Sequence[str]) -> str | None:
+    """The coverage warning among a report's coverage.warnings, if the window is under-covered."""
+    return next((w for w in warnings if w.startswith(LOW_COVERAGE_PREFIX)), None)
+
+
+def _iso_z(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _first_time(samples: pd.DataFrame) -> datetime | None:
+    return pd.Timestamp(samples["timestamp"].min()).to_pydatetime() if len(samples) else None
+
+
+def _gpu_samples(by_node: pd.DataFrame, physical: pd.DataFrame) -> tuple[int, int]:
+    """GPU-samples expected (physical GPUs not unavailable: a NotReady node reports nothing, a GPU the
+    device plugin hides has fallen off) and present (distinct GPUs reporting, per node-sample at most
+    the expected ones), over the window's node-samples."""
+    expected_per = (by_node["capacity_ge"] - by_node["unavailable_ge"]).clip(lower=0.0).round()
+    keys = pd.DataFrame({"timestamp": by_node["timestamp"], "node": by_node["node"].astype("str")})
+    reporting = (
+        pd.DataFrame({"timestamp": physical["timestamp"], "node": physical["node"].astype("str")})
+        .groupby(["timestamp", "node"], as_index=False, sort=False)
+        .size()
+    )
+    found = keys.merge(reporting, on=["timestamp", "node"], how="left")["size"].fillna(0.0).to_numpy()
+    present = np.minimum(found, expected_per.to_numpy())
+    return int(expected_per.sum()), int(present.sum())
 
 
 def _node_samples(nodes: pd.DataFrame, sample_times: pd.DatetimeIndex) -> pd.DataFrame:
@@ -563,6 +615,7 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     )
     for extra in (ledger_hours, pool_cost, pool_usage[["pool", "used_gpu_hours"]], frag, blocks):
         pools = pools.merge(extra, on="pool", how="left")
+    pools["usd_per_gpu_hour"] = pools["pool"].map(book.usd_per_gpu_hour).astype("float64")
     tables["pool"] = pools
     fleet_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step)
     fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=())
@@ -579,25 +632,36 @@ class CheckResult:
     """What `gpuwatch check` found; every entry is one line."""
 
     findings: list[str]
-    warnings: list[str]  # coverage warnings: worth reading, not failures
+    warnings: list[str]  # worth reading, not failures: low coverage, a young Prometheus, prices
     problems: list[str]  # failures: the command exits non-zero
     unreachable: bool  # a source could not be reached at all
 
 
+CHECK_WINDOW_DAYS = 1 / 24  # `gpuwatch check` judges coverage over the last hour
+
+
 def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) -> CheckResult:
     """Connectivity, RBAC (can gpuwatch list what it needs?), DCGM metrics and label layout, coverage
-    of the last hour."""
+    of the last hour.
+
+    Discovery and coverage are judged together, so they never contradict each other: DCGM series that
+    exist but have too little history (a Prometheus started minutes ago) are "not enough history yet",
+    a warning; a node with GPUs is a problem only when other nodes report over the same hour and it
+    does not; coverage under MIN_COVERAGE_RATIO is a warning that says why, never an "ok".
+    """
     if not settings.prometheus.url:
         raise ConfigError(
             "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
         )
     findings: list[str] = []
+    warnings: list[str] = []
     problems: list[str] = []
     unreachable = False
     sources = LiveSources(settings, clock=clock)
-    warnings: list[str] = []
+    recent_series = 0
     try:
         found = sources.prometheus.discover(at=sources.now())
+        recent_series = found.series_sampled
         util = [
             m
             for name in ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL")
@@ -605,9 +669,9 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
         ]
         layouts = ", ".join(f"{k}: {v}" for k, v in found.layouts.items()) or "none"
         findings.append(
-            f"prometheus {found.url}: {len(found.metrics)} DCGM metrics, utilization from "
-            f"{', '.join(util) or 'nothing'}; label layouts {layouts}; "
-            f"{found.exporter_pod_hostnames} series name the exporter pod as host"
+            f"prometheus {found.url}: {len(found.metrics)} DCGM metric names, {found.series_sampled} "
+            f"utilization series in the last 10 minutes from {', '.join(util) or 'nothing'}; label layouts "
+            f"{layouts}; {found.exporter_pod_hostnames} series name the exporter pod as host"
         )
         problems += found.problems
     except PrometheusError as e:
@@ -622,25 +686,68 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
             problems.append(reason)
             kube_ok = False
             unreachable = unreachable or "unreachable" in reason
-    if kube_ok and not unreachable:
-        service = FleetService(settings=settings, sources=sources)
-        try:
-            analysis = service.analysis(service.window(days=1 / 24))
-        except SourceError as e:
-            problems.append(str(e))
-            return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=True)
-        c = analysis.coverage
-        share = c.gpu_samples_present / c.gpu_samples_expected if c.gpu_samples_expected else 0.0
-        findings.append(
-            f"coverage (last hour): {c.gpu_samples_present} of {c.gpu_samples_expected} GPU-samples present "
-            f"({share:.0%}), {c.unattributed_gpu_hours:.2f} unattributed GPU-hours"
+    if not kube_ok or unreachable:
+        return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=unreachable)
+    service = FleetService(settings=settings, sources=sources)
+    window = service.window(days=CHECK_WINDOW_DAYS)
+    try:
+        analysis = service.analysis(window)
+    except SourceError as e:
+        problems.append(str(e))
+        return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=True)
+    judged = _judge_coverage(analysis, recent_series=recent_series)
+    findings += judged.findings
+    warnings += judged.warnings
+    problems += judged.problems
+    low = low_coverage_warning(analysis.coverage.warnings)
+    warnings += [w for w in analysis.coverage.warnings if w != low]
+    return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=False)
+
+
+def _judge_coverage(analysis: "Analysis", *, recent_series: int) -> CheckResult:
+    """Coverage of the check window, and which GPU nodes report nothing in it, said consistently."""
+    findings: list[str] = []
+    warnings: list[str] = []
+    problems: list[str] = []
+    c = analysis.coverage
+    window = analysis.window
+    share = c.gpu_samples_present / c.gpu_samples_expected if c.gpu_samples_expected else 1.0
+    line = (
+        f"coverage ({_iso_z(window.start)} to {_iso_z(window.end)}): {c.gpu_samples_present:,} of "
+        f"{c.gpu_samples_expected:,} GPU-samples present ({share:.0%}), "
+        f"{c.unattributed_gpu_hours:.2f} unattributed GPU-hours"
+    )
+    reporting = set(analysis.units_reporting["node"].astype("str"))
+    first = pd.Timestamp(analysis.units_reporting["timestamp"].min()) if reporting else None
+    young = first is not None and first > pd.Timestamp(window.start) + pd.Timedelta(
+        seconds=window.step_seconds
+    )
+    if not reporting and recent_series:
+        # Series exist, but no complete sample of the window holds any: a Prometheus minutes old.
+        warnings.append(
+            f"{line}: not enough history yet — Prometheus holds {recent_series} recent DCGM utilization "
+            f"series but no complete {window.step_seconds} s sample of them; check again in a few minutes"
         )
-        reporting = set(analysis.units_reporting["node"])
-        for name, gpus, ready in analysis.nodes[["node", "capacity_ge", "ready"]].itertuples(index=False):
-            if gpus > 0 and ready and name not in reporting:
-                problems.append(f"node {name} has {gpus:g} GPUs but no DCGM series")
-        warnings += list(c.warnings)
-    return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=unreachable)
+        return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=False)
+    if young and first is not None:
+        minutes = (pd.Timestamp(window.end) - first).total_seconds() / 60
+        warnings.append(
+            f"{line}: not enough history yet — DCGM telemetry starts at {_iso_z(first.to_pydatetime())} "
+            f"({minutes:.0f} of the {window.duration_seconds / 60:.0f} minutes)"
+        )
+    elif share < MIN_COVERAGE_RATIO:
+        warnings.append(f"{line}: under {MIN_COVERAGE_RATIO:.0%}, see the problems and warnings below")
+    else:
+        findings.append(line)
+    if reporting:
+        nodes = analysis.nodes
+        for name, gpus, ready in nodes[["node", "capacity_ge", "ready"]].itertuples(index=False):
+            if gpus > 0 and ready and str(name) not in reporting:
+                problems.append(
+                    f"node {name} has {gpus:g} GPUs but no DCGM series in the last "
+                    f"{window.duration_seconds / 60:.0f} minutes while other nodes report"
+                )
+    return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=False)
 
 
 # =============================================================================================

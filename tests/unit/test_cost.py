@@ -41,7 +41,8 @@ def by_node() -> pd.DataFrame:
             "capacity_ge": [8.0, 1.0, 1.0, 2.0],
             "unavailable_ge": [1.0, 0.0, 0.0, 0.0],
             "stranded_ge": [1.5, 0.0, 0.0, 0.0],
-            "unallocated_ge": [0.5, 2 / 7, 0.5, 1.0],
+            "unallocated_ge": [0.5, 2 / 7, 0.5, 0.0],
+            "allocated_unknown_ge": [0.0, 0.0, 0.0, 1.0],  # no telemetry: allocated, priced, never waste
             "allocated_idle_ge": [1.0, 3 / 7, 0.25, 0.0],  # MIG 3g.40gb = 3/7 GE; a 1/4 T4 replica
             "allocated_active_ge": [4.0, 2 / 7, 0.25, 1.0],
             "overallocated_ge": [0.0, 0.0, 0.0, 0.0],
@@ -55,10 +56,10 @@ def test_ledger_cost_per_pool() -> None:
         {
             "pool": pd.Series([A100, H100, T4, WEIRD], dtype="str"),
             # A100 $2.5: allocated 5/7, idle 3/7, unallocated 2/7. H100 $4: 5, 1, 0.5, stranded 1.5,
-            # unavailable 1. T4 $0.35: 0.5, 0.25, 0.5. WEIRD at the $2 default: 1, 0, 1.
-            "cost_usd": [5 / 7 * 2.5, 20.0, 0.175, 2.0],
+            # unavailable 1. T4 $0.35: 0.5, 0.25, 0.5. WEIRD at the $2 default: 2 (1 unknown), 0, 0.
+            "cost_usd": [5 / 7 * 2.5, 20.0, 0.175, 4.0],
             "waste_usd": [3 / 7 * 2.5, 4.0, 0.0875, 0.0],
-            "unallocated_cost_usd": [2 / 7 * 2.5, 2.0, 0.175, 2.0],
+            "unallocated_cost_usd": [2 / 7 * 2.5, 2.0, 0.175, 0.0],
             "stranded_cost_usd": [0.0, 6.0, 0.0, 0.0],
             "unavailable_cost_usd": [0.0, 4.0, 0.0, 0.0],
         }
@@ -72,9 +73,9 @@ def test_ledger_cost_for_the_fleet_at_one_minute_steps() -> None:
     # Sum of the pools above, and a 60 s sample is 1/60 of an hour.
     assert costs.to_dict("records") == [
         {
-            "cost_usd": pytest.approx((5 / 7 * 2.5 + 20 + 0.175 + 2) / 60),
+            "cost_usd": pytest.approx((5 / 7 * 2.5 + 20 + 0.175 + 4) / 60),
             "waste_usd": pytest.approx((3 / 7 * 2.5 + 4 + 0.0875) / 60),
-            "unallocated_cost_usd": pytest.approx((2 / 7 * 2.5 + 2 + 0.175 + 2) / 60),
+            "unallocated_cost_usd": pytest.approx((2 / 7 * 2.5 + 2 + 0.175) / 60),
             "stranded_cost_usd": pytest.approx(6 / 60),
             "unavailable_cost_usd": pytest.approx(4 / 60),
         }
@@ -87,7 +88,7 @@ def marked() -> pd.DataFrame:
         (1, "p", "x", H100, 1.0, 0.0, True),
         (0, "q", "x", A100, 3 / 7, 0.0, True),
         (0, "r", "y", T4, 0.25, 0.6, False),
-        (0, "s", "y", WEIRD, 1.0, math.nan, True),
+        (0, "s", "y", WEIRD, 1.0, math.nan, True),  # idle-marked with no telemetry: unknown wins
     ]
     frame = pd.DataFrame(
         {
@@ -115,14 +116,16 @@ def test_usage_cost_per_team() -> None:
     expected = pd.DataFrame(
         {
             "team": pd.Series(["x", "y"], dtype="str"),
-            # x: p 2 GE-h on H100 (1 idle), q 3/7 idle on A100. y: r 1/4 on T4, s 1 idle on WEIRD.
+            # x: p 2 GE-h on H100 (1 idle), q 3/7 idle on A100. y: r 1/4 on T4, s 1 unknown on WEIRD:
+            # unknown is never idle, so it is cost but not waste.
             "allocated_gpu_hours": [2 + 3 / 7, 1.25],
             "used_gpu_hours": [0.5, 0.15],  # x: 0.5×1 + 0×1 + 0×3/7; y: 0.6×0.25 (s unknown)
-            "idle_gpu_hours": [1 + 3 / 7, 1.0],
-            "efficiency": [0.5 / (2 + 3 / 7), 0.15 / 1.25],
+            "idle_gpu_hours": [1 + 3 / 7, 0.0],
+            "unknown_gpu_hours": [0.0, 1.0],
+            "efficiency": [0.5 / (2 + 3 / 7), 0.15 / 0.25],  # of the hours with known utilization
             "pods": [2, 2],
             "cost_usd": [2 * 4.0 + 3 / 7 * 2.5, 0.25 * 0.35 + 2.0],
-            "waste_usd": [4.0 + 3 / 7 * 2.5, 2.0],
+            "waste_usd": [4.0 + 3 / 7 * 2.5, 0.0],
         }
     )
     assert_frame_equal(costs, expected, **EXACT)

@@ -73,6 +73,7 @@ def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySource
         "unavailable",
         "stranded",
         "unallocated",
+        "allocated_unknown",
         "allocated_idle",
         "allocated_active",
     }

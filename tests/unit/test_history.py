@@ -27,6 +27,7 @@ LABELS = {
     "pod_allocated": POD,
     "pod_idle": POD,
     "pod_used": POD,
+    "pod_unknown": POD,
     "pod_last_allocated": POD,
     "pod_last_idle": POD,
     "pod_idle_since": POD,
@@ -72,7 +73,8 @@ def _fleet() -> HistorySums:
 
     Day 1 (1440 samples of 60 s): llm's train-0 holds 6 H100s, 2 free; the L4s are unavailable.
     Last 12 h (1440 samples of 30 s): llm's nb-0 holds 8 H100s idle; ds's nb-ds holds 1 L4, idle 10 of
-    the 12 h and active at the end; 1 L4 stranded, 2 free; the ACME node joins, free.
+    the 12 h and without telemetry (allocated_unknown) for the last 2; 1 L4 stranded, 2 free; the ACME
+    node joins, free.
     A stray sample in day 0 (no exporter cycle to size it) counts nowhere.
     """
     ds_pod = ("ds", "nb-ds", "ds", "l4-a", L4)
@@ -89,21 +91,22 @@ def _fleet() -> HistorySums:
             (2, L4, "stranded", n),
             (2, L4, "unallocated", 2 * n),
             (2, L4, "allocated_idle", 1200.0),
-            (2, L4, "allocated_active", 240.0),
+            (2, L4, "allocated_unknown", 240.0),
             (2, ACME, "unallocated", n),
         ],
         team_states=[
             (1, "llm", "allocated_active", 6 * n),
             (2, "llm", "allocated_idle", 8 * n),
             (2, "ds", "allocated_idle", 1200.0),
-            (2, "ds", "allocated_active", 240.0),
+            (2, "ds", "allocated_unknown", 240.0),
         ],
-        team_used=[(1, "llm", 3 * n)],  # ds's GPU never reported utilization: unknown, not 0
+        team_used=[(1, "llm", 3 * n), (2, "ds", 0.0)],
         team_cost=[(1, "llm", 24.0 * n), (2, "llm", 32.0 * n), (2, "ds", 0.8 * n)],
         team_idle_cost=[(2, "llm", 32.0 * n), (2, "ds", 0.8 * 1200)],
         pod_allocated=[(1, *train, 6 * n), (2, *nb, 8 * n), (2, *ds_pod, n)],
         pod_idle=[(1, *train, 0.0), (2, *nb, 8 * n), (2, *ds_pod, 1200.0)],
-        pod_used=[(1, *train, 3 * n)],
+        pod_used=[(1, *train, 3 * n), (2, *ds_pod, 0.0)],
+        pod_unknown=[(2, *ds_pod, 240.0)],
         pod_last_allocated=[(1, *train, 6.0), (2, *nb, 8.0), (2, *ds_pod, 1.0)],
         pod_last_idle=[(1, *train, 0.0), (2, *nb, 8.0), (2, *ds_pod, 0.0)],
         # nb-ds was idle earlier in the piece (its last idle-since sample), not at its last sample.
@@ -137,8 +140,9 @@ def test_ledger_hours_use_each_pieces_sample_interval(report: dict[str, Any]) ->
             "unavailable": 96.0,  # 4 L4 x 24 h
             "stranded": 12.0,  # 1 L4 x 12 h
             "unallocated": 48.0 + 24.0 + 12.0,
+            "allocated_unknown": 2.0,
             "allocated_idle": 96.0 + 10.0,
-            "allocated_active": 144.0 + 2.0,
+            "allocated_active": 144.0,
         }
     )
     assert fleet["capacity_gpu_hours"] == pytest.approx(8 * 36 + 4 * 36 + 12)
@@ -161,14 +165,17 @@ def test_teams_from_team_series_and_pods_from_pod_series(report: dict[str, Any])
             "allocated_gpu_hours": 240.0,
             "used_gpu_hours": 72.0,
             "idle_gpu_hours": 96.0,
+            "unknown_gpu_hours": 0.0,
             "efficiency": 0.3,
             "cost_usd": 24.0 * 24 + 32.0 * 12,
             "waste_usd": 32.0 * 12,
             "pods": 2,
         }
     )
-    # No utilization ever reported: used is unknown, so efficiency is null (shown as 0 GPU-hours used).
-    assert teams["ds"]["efficiency"] is None
+    # 10 h idle (known, 0 used) and 2 h without telemetry: unknown hours are apart from idle ones.
+    assert teams["ds"]["efficiency"] == 0.0
+    assert teams["ds"]["unknown_gpu_hours"] == pytest.approx(2.0)
+    assert teams["ds"]["idle_gpu_hours"] == pytest.approx(10.0)
     assert teams["ds"]["allocated_gpu_hours"] == pytest.approx(12.0)
     assert teams["ds"]["waste_usd"] == pytest.approx(8.0)
     namespaces = {n["namespace"]: n for n in report["namespaces"]}
@@ -180,8 +187,9 @@ def test_workloads_last_values_and_idle_since(report: dict[str, Any]) -> None:
     pods = {w["pod"]: w for w in report["workloads"]}
     assert pods["nb-0"]["idle_since"] == "2026-11-18T23:40:00Z"  # every GE idle at its last sample
     assert pods["nb-0"]["gpus"] == 8.0 and pods["nb-0"]["waste_usd"] == pytest.approx(96 * 4.0)
-    assert pods["nb-ds"]["idle_since"] is None  # active again at its last sample
+    assert pods["nb-ds"]["idle_since"] is None  # unknown at its last sample: not idle
     assert pods["nb-ds"]["idle_gpu_hours"] == pytest.approx(10.0)
+    assert pods["nb-ds"]["unknown_gpu_hours"] == pytest.approx(2.0)
     assert pods["train-0"]["gpus"] == 6.0 and pods["train-0"]["used_gpu_hours"] == pytest.approx(72.0)
     assert pods["train-0"]["idle_since"] is None
 
@@ -200,9 +208,11 @@ def test_pools_time_averages_and_latest_values(report: dict[str, Any]) -> None:
 
 def test_coverage_pending_and_warnings(report: dict[str, Any]) -> None:
     coverage = report["coverage"]
-    assert coverage["gpu_samples_expected"] == (8 * 36 + 4 * 36) * 60  # GPU-hours in 60 s samples
-    assert coverage["gpu_samples_present"] == (7 * 24 + 8 * 12 + 4 * 12) * 60
+    # GPU-hours of capacity less the unavailable ones (4 L4s for 24 h), in 60 s samples.
+    assert coverage["gpu_samples_expected"] == (8 * 36 + 4 * 36 - 4 * 24) * 60
+    assert coverage["gpu_samples_present"] == (7 * 24 + 8 * 12 + 4 * 12) * 60  # 93 %: no warning
     warnings = coverage["warnings"]
+    assert not any(w.startswith("telemetry covers") for w in warnings)
     assert warnings[0] == (
         "no gpuwatch_* samples from 2026-11-17T00:00:00Z to 2026-11-18T00:00:00Z (24 h): "
         "those hours are in no sum of this report"
@@ -232,6 +242,33 @@ def test_a_pod_seen_under_two_label_sets_is_one_workload() -> None:
     assert row["idle_gpu_hours"] == pytest.approx(12.0)  # 1 of its 2 GE idle for the last 12 h
     assert row["idle_since"] == pd.Timestamp(IDLE_SINCE)
     assert history.sample_seconds == pytest.approx(129_600 / 2880)
+
+
+def test_a_team_without_telemetry_has_unknown_hours_and_efficiency_and_a_coverage_warning() -> None:
+    n = 1440
+    dark = ("ml", "dark-0", "ml", "h100-a", H100)
+    sums = _sums(
+        pool_states=[(1, H100, "allocated_unknown", 8 * n)],
+        team_states=[(1, "ml", "allocated_unknown", 8 * n)],
+        team_cost=[(1, "ml", 24.0 * n)],
+        pod_allocated=[(1, *dark, 8 * n)],
+        pod_unknown=[(1, *dark, 8 * n)],
+        pod_last_allocated=[(1, *dark, 8.0)],
+        pod_last_idle=[(1, *dark, 0.0)],
+        capacity_sum=[(1, "h100-a", 8 * n)],
+        nodes_now=[("h100-a", H100, 8.0)],
+    )
+    report = build_history_report(assemble(sums, window=WINDOW, settings=SETTINGS))
+    (team,) = report["teams"]
+    # No utilization ever published: used is unknown, so efficiency is null (shown as 0 GPU-hours used).
+    assert team["efficiency"] is None and team["unknown_gpu_hours"] == pytest.approx(192.0)
+    assert team["idle_gpu_hours"] == 0.0 and team["waste_usd"] == 0.0
+    assert report["fleet"]["ledger_gpu_hours"]["allocated_unknown"] == pytest.approx(192.0)
+    assert report["fleet"]["ledger_gpu_hours"]["allocated_active"] == 0.0
+    assert report["coverage"]["warnings"][0] == (
+        "telemetry covers only 0.0% of the window (0 of 11,520 GPU-samples present): allocated GPU-hours "
+        "without telemetry are counted allocated_unknown, never active or idle"
+    )
 
 
 def test_nothing_but_empty_frames_is_a_report() -> None:

@@ -1,4 +1,4 @@
-"""The ledger of SPEC §3 on tiny fleets computed by hand: idle samples, the five states, usage."""
+"""The ledger of SPEC §3 on tiny fleets computed by hand: idle samples, the six states, usage."""
 
 import math
 
@@ -15,7 +15,7 @@ from gpuwatch.analytics.ledger import (
     schedulable_free,
     usage_summary,
 )
-from gpuwatch.model import IdleParams
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, IdleParams
 from gpuwatch.schema import ATTRIBUTED, IDLE_MARKED, NODE_SAMPLES
 
 STEP = 60
@@ -217,6 +217,7 @@ ALLOCATIONS = marked_rows(
         (0, "n1", H100, "b-notebook", 1.0, 0.0, True),
         (0, "n2", H100, "a-infer", 2.0, 0.5, False),
         (0, "n3", H100, "c-stuck", 1.0, math.nan, False),
+        (0, "n1", H100, "c-dark", 1.0, math.nan, False),  # allocated, no telemetry: unknown
         (0, "n4", A100, "b-mig-idle", 3 / 7, 0.0, True),
         (0, "n4", A100, "c-mig-busy", 2 / 7, 0.7, False),
         (0, "n5", T4, "a-slice-idle", 0.25, 0.0, True),
@@ -238,9 +239,10 @@ STRANDED = pd.DataFrame(
 
 def test_ledger_states_by_hand() -> None:
     result = ledger(FLEET, ALLOCATIONS, STRANDED)
-    # n1: 8 - 7 = 1 unavailable; 4 active + 1 idle; free = 8 - 1 - 5 = 2; F = 1.5 stranded; 0.5 unallocated.
+    # n1: 8 - 7 = 1 unavailable; 4 active + 1 idle + 1 unknown (c-dark reports no utilization: never
+    #     active); free = 8 - 1 - 6 = 1; F = 1.5 is capped at the free 1 -> stranded 1, unallocated 0.
     # n2: cordoned: free 8 - 2 = 6 is all stranded.
-    # n3: NotReady: all 4 unavailable; the pod's 1 GE has no room -> overallocated 1, allocated 0.
+    # n3: NotReady: all 4 unavailable; the pod's 1 GE (unknown) has no room -> overallocated 1.
     # n4: MIG: 3/7 idle + 2/7 active; free 2/7, F = 0 (no row) -> unallocated 2/7.
     # n5: two 1/4 replicas, one idle one active; free 1/2 unallocated.
     # n6: capacity 2, allocatable 1: unavailable 1, room 1 for 2 GE held -> scaled by 1/2 pro rata:
@@ -252,17 +254,16 @@ def test_ledger_states_by_hand() -> None:
             "pool": pd.Series([H100, H100, H100, A100, T4, H100], dtype="str"),
             "capacity_ge": [8.0, 8.0, 4.0, 1.0, 1.0, 2.0],
             "unavailable_ge": [1.0, 0.0, 4.0, 0.0, 0.0, 1.0],
-            "stranded_ge": [1.5, 6.0, 0.0, 0.0, 0.0, 0.0],
-            "unallocated_ge": [0.5, 0.0, 0.0, 2 / 7, 0.5, 0.0],
+            "stranded_ge": [1.0, 6.0, 0.0, 0.0, 0.0, 0.0],
+            "unallocated_ge": [0.0, 0.0, 0.0, 2 / 7, 0.5, 0.0],
+            "allocated_unknown_ge": [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
             "allocated_idle_ge": [1.0, 0.0, 0.0, 3 / 7, 0.25, 0.5],
             "allocated_active_ge": [4.0, 2.0, 0.0, 2 / 7, 0.25, 0.5],
             "overallocated_ge": [0.0, 0.0, 1.0, 0.0, 0.0, 1.0],
         }
     )
     assert_frame_equal(result.by_node, expected, **EXACT)
-    states = expected[
-        ["unavailable_ge", "stranded_ge", "unallocated_ge", "allocated_idle_ge", "allocated_active_ge"]
-    ]
+    states = expected[[f"{s}_ge" for s in LEDGER_STATES]]
     np.testing.assert_allclose(states.sum(axis=1), expected["capacity_ge"], rtol=0, atol=1e-12)
     # The ghost node's allocation is not lost: it is reported for callers to count.
     unknown = pd.DataFrame(
@@ -270,6 +271,7 @@ def test_ledger_states_by_hand() -> None:
             "timestamp": pd.to_datetime([t(0)], utc=True),
             "node": pd.Series(["ghost"], dtype="str"),
             "pool": pd.Series([H100], dtype="str"),
+            "allocated_unknown_ge": [0.0],
             "allocated_idle_ge": [0.0],
             "allocated_active_ge": [1.0],
         }
@@ -279,13 +281,13 @@ def test_ledger_states_by_hand() -> None:
 
 def test_schedulable_free_is_zero_where_nothing_can_be_placed() -> None:
     free = schedulable_free(FLEET, ALLOCATIONS)
-    # n2 cordoned (6 free, none placeable), n3 NotReady; n1 2, n4 2/7, n5 1/2, n6 0.
+    # n2 cordoned (6 free, none placeable), n3 NotReady; n1 1, n4 2/7, n5 1/2, n6 0.
     expected = pd.DataFrame(
         {
             "timestamp": pd.to_datetime([t(0)] * 6, utc=True),
             "node": pd.Series(["n1", "n2", "n3", "n4", "n5", "n6"], dtype="str"),
             "pool": pd.Series([H100, H100, H100, A100, T4, H100], dtype="str"),
-            "schedulable_free_ge": [2.0, 0.0, 0.0, 2 / 7, 0.5, 0.0],
+            "schedulable_free_ge": [1.0, 0.0, 0.0, 2 / 7, 0.5, 0.0],
         }
     )
     assert_frame_equal(free, expected, **EXACT)
@@ -293,10 +295,11 @@ def test_schedulable_free_is_zero_where_nothing_can_be_placed() -> None:
 
 def test_allocation_identity_over_fleet_ledger_and_unknown_nodes() -> None:
     result = ledger(FLEET, ALLOCATIONS, STRANDED)
-    held = ALLOCATIONS["ge_share"].sum()  # 4+1+2+1+3/7+2/7+1/4+1/4+1+1+1 = 11.5 + 5/7
-    placed = result.by_node[["allocated_idle_ge", "allocated_active_ge", "overallocated_ge"]].to_numpy().sum()
-    unknown = result.unknown_nodes[["allocated_idle_ge", "allocated_active_ge"]].to_numpy().sum()
-    assert held == pytest.approx(11.5 + 5 / 7)
+    held = ALLOCATIONS["ge_share"].sum()  # 4+1+2+1+1+3/7+2/7+1/4+1/4+1+1+1 = 12.5 + 5/7
+    allocated = [f"{s}_ge" for s in ALLOCATED_STATES]
+    placed = result.by_node[[*allocated, "overallocated_ge"]].to_numpy().sum()
+    unknown = result.unknown_nodes[allocated].to_numpy().sum()
+    assert held == pytest.approx(12.5 + 5 / 7)
     assert placed + unknown == pytest.approx(held)
 
 
@@ -308,8 +311,9 @@ def test_ledger_gpu_hours_per_fleet_and_pool() -> None:
         {
             "capacity_gpu_hours": [24 / 60],
             "unavailable_gpu_hours": [6 / 60],
-            "stranded_gpu_hours": [7.5 / 60],
-            "unallocated_gpu_hours": [(0.5 + 2 / 7 + 0.5) / 60],
+            "stranded_gpu_hours": [7.0 / 60],
+            "unallocated_gpu_hours": [(2 / 7 + 0.5) / 60],
+            "allocated_unknown_gpu_hours": [1.0 / 60],
             "allocated_idle_gpu_hours": [(1 + 3 / 7 + 0.25 + 0.5) / 60],
             "allocated_active_gpu_hours": [(4 + 2 + 2 / 7 + 0.25 + 0.5) / 60],
             "overallocated_gpu_hours": [2 / 60],
@@ -320,7 +324,8 @@ def test_ledger_gpu_hours_per_fleet_and_pool() -> None:
     # Sorted by pool. A100: n4; H100: n1, n2, n3, n6; T4: n5.
     assert list(pools["pool"]) == [A100, H100, T4]
     np.testing.assert_allclose(pools["capacity_gpu_hours"], [1 / 60, 22 / 60, 1 / 60])
-    np.testing.assert_allclose(pools["stranded_gpu_hours"], [0.0, 7.5 / 60, 0.0])
+    np.testing.assert_allclose(pools["stranded_gpu_hours"], [0.0, 7.0 / 60, 0.0])
+    np.testing.assert_allclose(pools["allocated_unknown_gpu_hours"], [0.0, 1.0 / 60, 0.0])
     np.testing.assert_allclose(pools["allocated_idle_gpu_hours"], [3 / 7 / 60, 1.5 / 60, 0.25 / 60])
     summed = pools.drop(columns="pool").sum().to_frame().T
     assert_frame_equal(summed, expected_fleet, **EXACT)
@@ -352,12 +357,13 @@ def test_duplicate_and_unknown_capacity_node_samples() -> None:
 
 
 def usage_fleet() -> pd.DataFrame:
-    # Step 1 h so GE-hours = GE per sample. Team x: pod p (1 GPU, 2 samples: util 0.5 then unknown,
-    # the second sample idle-marked for the test), pod q (MIG 3/7, util 0.7). Team y: pod r (1/4
-    # replica, util 0.4), pod s (1 GPU, util always unknown).
+    # Step 1 h so GE-hours = GE per sample. Team x: pod p (1 GPU, 3 samples: util 0.5, unknown, then
+    # 0 idle-marked), pod q (MIG 3/7, util 0.7). Team y: pod r (1/4 replica, util 0.4, idle-marked for
+    # the test), pod s (1 GPU, util always unknown).
     rows = [
         (0, "p", "g1", "", 1.0, 0.5, False, "x", H100),
-        (1, "p", "g1", "", 1.0, math.nan, True, "x", H100),
+        (1, "p", "g1", "", 1.0, math.nan, False, "x", H100),
+        (2, "p", "g1", "", 1.0, 0.0, True, "x", H100),
         (0, "q", "g2", "1", 3 / 7, 0.7, False, "x", A100),
         (0, "r", "g3", "", 0.25, 0.4, True, "y", T4),
         (0, "s", "g4", "", 1.0, math.nan, False, "y", H100),
@@ -371,15 +377,17 @@ def usage_fleet() -> pd.DataFrame:
 
 def test_usage_by_team() -> None:
     summary = usage_summary(usage_fleet(), step_seconds=3600, by="team")
-    # x: allocated 1 + 1 + 3/7; used 0.5×1 + 0.7×3/7 = 0.8 (the NaN sample excluded); idle 1.
-    # y: allocated 0.25 + 1; used 0.4×0.25 = 0.1; idle 0.25.
+    # x: allocated 3 + 3/7; used 0.5×1 + 0 + 0.7×3/7 = 0.8 (the NaN sample excluded); idle 1; unknown 1.
+    # y: allocated 0.25 + 1; used 0.4×0.25 = 0.1; idle 0.25; unknown 1 (s).
     expected = pd.DataFrame(
         {
             "team": pd.Series(["x", "y"], dtype="str"),
-            "allocated_gpu_hours": [2 + 3 / 7, 1.25],
+            "allocated_gpu_hours": [3 + 3 / 7, 1.25],
             "used_gpu_hours": [0.8, 0.1],
             "idle_gpu_hours": [1.0, 0.25],
-            "efficiency": [0.8 / (2 + 3 / 7), 0.1 / 1.25],
+            "unknown_gpu_hours": [1.0, 1.0],
+            # Of the hours whose utilization is known: the unknown hour of each team is left out.
+            "efficiency": [0.8 / (2 + 3 / 7), 0.1 / 0.25],
             "pods": [2, 2],
         }
     )
@@ -397,25 +405,27 @@ def test_usage_by_workload_and_pool_and_fleet() -> None:
     ]
     # s never reported utilization: used and efficiency are unknown (NaN), never 0.
     np.testing.assert_allclose(workloads["used_gpu_hours"], [0.5, 0.3, 0.1, math.nan])
-    np.testing.assert_allclose(workloads["efficiency"], [0.25, 0.7, 0.4, math.nan])
+    np.testing.assert_allclose(workloads["efficiency"], [0.5 / 2, 0.7, 0.4, math.nan])
+    np.testing.assert_allclose(workloads["unknown_gpu_hours"], [1.0, 0.0, 0.0, 1.0])
     assert list(workloads["pods"]) == [1, 1, 1, 1]
     pools = usage_summary(marked, step_seconds=3600, by="pool")
     assert list(pools["pool"]) == [A100, H100, T4]
-    np.testing.assert_allclose(pools["allocated_gpu_hours"], [3 / 7, 3.0, 0.25])
+    np.testing.assert_allclose(pools["allocated_gpu_hours"], [3 / 7, 4.0, 0.25])
     fleet = usage_summary(marked, step_seconds=3600, by="fleet")
     expected = pd.DataFrame(
         {
-            "allocated_gpu_hours": [3.25 + 3 / 7],
+            "allocated_gpu_hours": [4.25 + 3 / 7],
             "used_gpu_hours": [0.9],
             "idle_gpu_hours": [1.25],
-            "efficiency": [0.9 / (3.25 + 3 / 7)],
+            "unknown_gpu_hours": [2.0],
+            "efficiency": [0.9 / (2.25 + 3 / 7)],
             "pods": [4],
         }
     )
     assert_frame_equal(fleet, expected, **EXACT)
     # Sixty-second samples: every hour figure is divided by 60.
     per_minute = usage_summary(marked, step_seconds=60, by="fleet")
-    assert per_minute["allocated_gpu_hours"].iloc[0] == pytest.approx((3.25 + 3 / 7) / 60)
+    assert per_minute["allocated_gpu_hours"].iloc[0] == pytest.approx((4.25 + 3 / 7) / 60)
 
 
 def test_efficiency_is_unknown_when_nothing_is_allocated() -> None:

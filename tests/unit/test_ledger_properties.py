@@ -18,7 +18,7 @@ from gpuwatch.analytics.ledger import (
     schedulable_free,
     usage_summary,
 )
-from gpuwatch.model import IdleParams
+from gpuwatch.model import ALLOCATED_STATES, IdleParams
 from gpuwatch.schema import ATTRIBUTED, GPU_REQUESTS, NODE_SAMPLES
 
 STEP = 60
@@ -129,14 +129,21 @@ def test_states_partition_capacity_and_allocations_add_up(fleet: Fleet) -> None:
         if len(result.unknown_nodes)
         else None
     )
-    placed = 0.0 if hours is None else hours["allocated_idle_gpu_hours"] + hours["allocated_active_gpu_hours"]
-    placed += 0.0 if hours is None else hours["overallocated_gpu_hours"]
-    lost = (
-        0.0
-        if unknown is None
-        else unknown["allocated_idle_gpu_hours"] + unknown["allocated_active_gpu_hours"]
-    )
+    allocated_states = [f"{s}_gpu_hours" for s in ALLOCATED_STATES]
+    placed = 0.0 if hours is None else hours[[*allocated_states, "overallocated_gpu_hours"]].sum()
+    lost = 0.0 if unknown is None else unknown[allocated_states].sum()
     assert math.isclose(placed + lost, allocated, rel_tol=1e-9, abs_tol=1e-12)
+    # Samples without utilization are allocated_unknown, never idle or active: the ledger's unknown
+    # GE-hours are the usage's (less what over-allocation scaled away), and no unknown sample is idle.
+    unknown_hours = fleet_usage["unknown_gpu_hours"].iloc[0]
+    assert math.isclose(teams["unknown_gpu_hours"].sum(), unknown_hours, abs_tol=1e-12)
+    in_ledger = (0.0 if hours is None else hours["allocated_unknown_gpu_hours"]) + (
+        0.0 if unknown is None else unknown["allocated_unknown_gpu_hours"]
+    )
+    assert in_ledger <= unknown_hours + 1e-12
+    if hours is None or hours["overallocated_gpu_hours"] == 0:
+        assert math.isclose(in_ledger, unknown_hours, rel_tol=1e-9, abs_tol=1e-12)
+    assert not (marked["idle"] & marked["util_ratio"].isna()).any()
     # Idle GE-hours never exceed allocated ones, per team.
     assert (teams["idle_gpu_hours"] <= teams["allocated_gpu_hours"] + 1e-12).all()
 

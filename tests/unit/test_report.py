@@ -35,7 +35,7 @@ def test_demo_report_from_the_cli_validates_against_the_schema() -> None:
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     jsonschema.validate(document, json_schema())
-    assert document["schema_version"] == 1
+    assert document["schema_version"] == 2
     assert len(document["teams"]) >= 12
 
 
@@ -56,7 +56,7 @@ def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any]
     assert sum(ledger[s] for s in LEDGER_STATES) == pytest.approx(fleet["capacity_gpu_hours"])
     assert fleet["capacity_gpu_hours"] == pytest.approx(80 * 24)
     assert fleet["allocated_gpu_hours"] == pytest.approx(
-        ledger["allocated_idle"] + ledger["allocated_active"]
+        ledger["allocated_unknown"] + ledger["allocated_idle"] + ledger["allocated_active"]
     )
     assert sum(t["allocated_gpu_hours"] for t in report["teams"]) == pytest.approx(
         fleet["allocated_gpu_hours"]

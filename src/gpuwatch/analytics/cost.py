@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwatch.analytics.ledger import SECONDS_PER_HOUR, summarize_usage
-from gpuwatch.model import PriceBook
+from gpuwatch.model import ALLOCATED_STATES, PriceBook
 
 
 def usd_per_gpu_hour(pools: "pd.Series[Any]", price_book: PriceBook) -> "pd.Series[float]":
@@ -47,13 +47,13 @@ def ledger_cost(
 ) -> tuple[pd.DataFrame, list[str]]:
     """Dollars of the ledger states, grouped by columns of Ledger.by_node (() = the fleet, one row).
 
-    cost_usd = allocated (idle + active) GE-hours × price; waste_usd = allocated_idle × price;
+    cost_usd = allocated (unknown + idle + active) GE-hours × price; waste_usd = allocated_idle × price;
     unallocated_cost_usd, stranded_cost_usd and unavailable_cost_usd likewise. Returns the frame
     (sorted by the keys) and the unknown-product warnings.
     """
     price, warnings = _prices(by_node["pool"], price_book)
     usd_per_ge = price * (step_seconds / SECONDS_PER_HOUR)
-    allocated = by_node["allocated_idle_ge"].to_numpy() + by_node["allocated_active_ge"].to_numpy()
+    allocated = sum(by_node[f"{state}_ge"].to_numpy() for state in ALLOCATED_STATES)
     dollars = pd.DataFrame(
         {
             "cost_usd": allocated * usd_per_ge,

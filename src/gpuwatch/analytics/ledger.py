@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from gpuwatch.model import LEDGER_STATES, IdleParams
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, IdleParams
 from gpuwatch.schema import ATTRIBUTED, IDLE_MARKED, NODE_FRAGMENTATION, NODE_SAMPLES, SCHEDULABLE_FREE
 
 SECONDS_PER_HOUR = 3600.0
@@ -129,21 +129,22 @@ def ledger(node_samples: pd.DataFrame, marked: pd.DataFrame, stranded: pd.DataFr
     have no fragmented GE.
 
     by_node — timestamp, node, pool, capacity_ge, unavailable_ge, stranded_ge, unallocated_ge,
-    allocated_idle_ge, allocated_active_ge, overallocated_ge; the five state columns sum to
-    capacity_ge (up to float rounding) and none is negative:
+    allocated_unknown_ge, allocated_idle_ge, allocated_active_ge, overallocated_ge; the six state
+    columns sum to capacity_ge (up to float rounding) and none is negative:
       unavailable = capacity − allocatable on a ready node, all of capacity on a NotReady one;
-      allocated = Σ ge_share of the marked rows on the node-sample, split by `idle`;
+      allocated = Σ ge_share of the marked rows on the node-sample, split into unknown (util_ratio
+      NaN: no telemetry), idle (`idle`) and active (known and not idle);
       free = capacity − unavailable − allocated; stranded = all of free on a cordoned node, else F_n;
       unallocated = free − stranded.
     Over-allocation (allocated > capacity − unavailable: a pod on a NotReady node, or on a GPU the
-    device plugin stopped advertising) is not hidden: both allocated states are scaled down pro rata
+    device plugin stopped advertising) is not hidden: the allocated states are scaled down pro rata
     so the states still sum to capacity, and the excess is `overallocated_ge`, for callers to warn.
     Node-samples with unknown (NaN) capacity are left out; unknown allocatable is taken as capacity.
 
-    unknown_nodes — timestamp, node, pool, allocated_idle_ge, allocated_active_ge: marked rows whose
+    unknown_nodes — timestamp, node, pool and the three allocated_*_ge columns: marked rows whose
     (timestamp, node) is not in node_samples, summed; they are in no ledger state, so count them.
-    Σ allocated over `marked` = Σ allocated_idle + allocated_active + overallocated (by_node)
-    + Σ allocated_idle + allocated_active (unknown_nodes).
+    Σ allocated over `marked` = Σ allocated states + overallocated (by_node) + Σ allocated states
+    (unknown_nodes).
     """
     NODE_FRAGMENTATION.check(stranded)
     balance, unknown = _balance(node_samples, marked)
@@ -165,6 +166,7 @@ def ledger(node_samples: pd.DataFrame, marked: pd.DataFrame, stranded: pd.DataFr
             "unavailable_ge": balance["unavailable_ge"],
             "stranded_ge": stranded_ge,
             "unallocated_ge": free - stranded_ge,
+            "allocated_unknown_ge": balance["allocated_unknown_ge"],
             "allocated_idle_ge": balance["allocated_idle_ge"],
             "allocated_active_ge": balance["allocated_active_ge"],
             "overallocated_ge": balance["overallocated_ge"],
@@ -198,8 +200,9 @@ def usage_summary(marked: pd.DataFrame, *, step_seconds: float, by: str | Sequen
     by: "fleet", "team", "namespace", "workload" (namespace, pod), "pool", or a sequence of columns.
     Columns: the keys, allocated_gpu_hours (Σ ge_share × step), used_gpu_hours (Σ util × ge_share ×
     step over samples with known util; NaN when none is known), idle_gpu_hours (Σ over idle
-    samples), efficiency (used / allocated; NaN when nothing is allocated or used is unknown), pods
-    (distinct namespace/pod).
+    samples), unknown_gpu_hours (Σ over samples with unknown util: the allocated_unknown state),
+    efficiency (used / the allocated GE-hours whose utilization is known: unknown hours count neither
+    as busy nor as idle; NaN when none is known), pods (distinct namespace/pod).
     """
     return summarize_usage(marked, step_seconds=step_seconds, by=by)
 
@@ -220,17 +223,20 @@ def summarize_usage(
     n_groups = len(groups)
     ge_hours = marked["ge_share"].to_numpy(dtype=np.float64) * (step_seconds / SECONDS_PER_HOUR)
     util = marked["util_ratio"].to_numpy(dtype=np.float64)
-    idle = marked["idle"].to_numpy(dtype=np.bool_)
     known = ~np.isnan(util)
+    idle = marked["idle"].to_numpy(dtype=np.bool_) & known  # unknown is never idle (SPEC §3)
     used = np.bincount(codes, weights=np.where(known, util * ge_hours, 0.0), minlength=n_groups)
     n_known = np.bincount(codes, weights=known, minlength=n_groups)
     allocated = np.bincount(codes, weights=ge_hours, minlength=n_groups)
     used = np.where(n_known > 0, used, np.nan)  # unknown telemetry is unknown, never 0 (SPEC §3)
+    unknown = np.bincount(codes, weights=np.where(known, 0.0, ge_hours), minlength=n_groups)
+    measured = allocated - unknown
     out = groups.assign(
         allocated_gpu_hours=allocated,
         used_gpu_hours=used,
         idle_gpu_hours=np.bincount(codes, weights=np.where(idle, ge_hours, 0.0), minlength=n_groups),
-        efficiency=np.divide(used, allocated, out=np.full(n_groups, np.nan), where=allocated > 0),
+        unknown_gpu_hours=unknown,
+        efficiency=np.divide(used, measured, out=np.full(n_groups, np.nan), where=measured > EPSILON_GE),
         pods=_distinct_workloads(marked, codes, keys, n_groups),
     )
     for name, weight in (allocated_weights or {}).items():
@@ -357,15 +363,15 @@ def _balance(node_samples: pd.DataFrame, marked: pd.DataFrame) -> tuple[pd.DataF
         nodes = nodes.drop_duplicates(list(_NODE_KEYS), keep="last")
     nodes = nodes.reset_index(drop=True)
     pos = _row_positions(nodes, marked)
-    ge = marked["ge_share"].to_numpy(dtype=np.float64)
-    idle = marked["idle"].to_numpy(dtype=np.bool_)
+    weights = _allocated_weights(marked)
     placed = pos >= 0
     m = len(nodes)
-    idle_weight, active_weight = np.where(idle, ge, 0.0), np.where(idle, 0.0, ge)
     if not placed.all():
-        pos, idle_weight, active_weight = pos[placed], idle_weight[placed], active_weight[placed]
-    idle_ge = np.bincount(pos, weights=idle_weight, minlength=m)
-    active_ge = np.bincount(pos, weights=active_weight, minlength=m)
+        pos = pos[placed]
+        weights = {state: weight[placed] for state, weight in weights.items()}
+    unknown_ge, idle_ge, active_ge = (
+        np.bincount(pos, weights=weights[state], minlength=m) for state in ALLOCATED_STATES
+    )
     capacity = nodes["capacity_ge"].to_numpy(dtype=np.float64)
     allocatable = nodes["allocatable_ge"].to_numpy(dtype=np.float64)
     allocatable = np.clip(np.where(np.isnan(allocatable), capacity, allocatable), 0.0, capacity)
@@ -373,7 +379,7 @@ def _balance(node_samples: pd.DataFrame, marked: pd.DataFrame) -> tuple[pd.DataF
     # SPEC §3: not allocatable is unavailable; on a NotReady node all of capacity is.
     unavailable = np.where(ready, capacity - allocatable, capacity)
     room = capacity - unavailable
-    allocated = idle_ge + active_ge
+    allocated = unknown_ge + idle_ge + active_ge
     over = allocated - room > EPSILON_GE
     scale = np.divide(room, allocated, out=np.ones(m), where=over)
     balance = pd.DataFrame(
@@ -384,6 +390,7 @@ def _balance(node_samples: pd.DataFrame, marked: pd.DataFrame) -> tuple[pd.DataF
             "capacity_ge": capacity,
             "unavailable_ge": unavailable,
             "free_ge": np.maximum(room - allocated * scale, 0.0),
+            "allocated_unknown_ge": unknown_ge * scale,
             "allocated_idle_ge": idle_ge * scale,
             "allocated_active_ge": active_ge * scale,
             "overallocated_ge": np.where(over, allocated - room, 0.0),
@@ -393,19 +400,23 @@ def _balance(node_samples: pd.DataFrame, marked: pd.DataFrame) -> tuple[pd.DataF
     return balance, _unknown_nodes(marked, ~placed)
 
 
+def _allocated_weights(marked: pd.DataFrame) -> dict[str, Floats]:
+    """Each row's GE in its allocated state: unknown (no utilization), idle, or active (known, not idle)."""
+    ge = marked["ge_share"].to_numpy(dtype=np.float64)
+    idle = marked["idle"].to_numpy(dtype=np.bool_)
+    unknown = np.isnan(marked["util_ratio"].to_numpy(dtype=np.float64))
+    return {
+        "allocated_unknown": np.where(unknown, ge, 0.0),
+        "allocated_idle": np.where(idle & ~unknown, ge, 0.0),
+        "allocated_active": np.where(idle | unknown, 0.0, ge),
+    }
+
+
 def _unknown_nodes(marked: pd.DataFrame, mask: Bools) -> pd.DataFrame:
-    rows = marked.loc[mask, ["timestamp", "node", "pool", "ge_share", "idle"]]
-    ge = rows["ge_share"]
-    sums = pd.DataFrame(
-        {
-            "timestamp": rows["timestamp"],
-            "node": rows["node"],
-            "pool": rows["pool"],
-            "allocated_idle_ge": ge.where(rows["idle"], 0.0),
-            "allocated_active_ge": ge.where(~rows["idle"], 0.0),
-        }
-    )
-    return sums.groupby(["timestamp", "node", "pool"], as_index=False, sort=True).sum()
+    rows = marked.loc[mask, ["timestamp", "node", "pool"]]
+    weights = _allocated_weights(marked)
+    sums = rows.assign(**{f"{state}_ge": weights[state][mask] for state in ALLOCATED_STATES})
+    return sums.groupby(["timestamp", "node", "pool"], as_index=False, sort=True, observed=True).sum()
 
 
 def _row_positions(index: pd.DataFrame, query: pd.DataFrame) -> Int64s:

@@ -648,13 +648,14 @@ class HistorySums:
 
     pieces: pd.DataFrame
     pool_states: pd.DataFrame  # pool, state: Σ GE
-    team_states: pd.DataFrame  # team, state: Σ GE (allocated_idle, allocated_active)
+    team_states: pd.DataFrame  # team, state: Σ GE (allocated_unknown, allocated_idle, allocated_active)
     team_used: pd.DataFrame  # team: Σ busy GE (utilization × GE share)
     team_cost: pd.DataFrame  # team: Σ USD/h allocated
     team_idle_cost: pd.DataFrame  # team: Σ USD/h idle-allocated
     pod_allocated: pd.DataFrame  # namespace, pod, team, node, pool: Σ GE
     pod_idle: pd.DataFrame  # ... Σ idle-allocated GE
     pod_used: pd.DataFrame  # ... Σ busy GE
+    pod_unknown: pd.DataFrame  # ... Σ allocated GE whose utilization is unknown (no telemetry)
     pod_last_allocated: pd.DataFrame  # ... GE at the pod's last sample in the piece
     pod_last_idle: pd.DataFrame  # ... idle-allocated GE at the pod's last sample in the piece
     pod_idle_since: pd.DataFrame  # ... idle-since epoch seconds at the last sample that had one
@@ -731,7 +732,7 @@ def history_sums(
 
     frag, price = promql.POOL_MEAN_METRICS
     capacity, reporting = promql.NODE_SUM_METRICS
-    allocation, idle, used = promql.POD_SUM_METRICS
+    allocation, idle, used, unknown = promql.POD_SUM_METRICS
     return HistorySums(
         pieces=pieces
         if pieces is not None
@@ -744,6 +745,7 @@ def history_sums(
         pod_allocated=each(pod_sum(allocation), _POD),
         pod_idle=each(pod_sum(idle), _POD),
         pod_used=each(pod_sum(used), _POD),
+        pod_unknown=each(pod_sum(unknown), _POD),
         pod_last_allocated=each(pod_last(allocation), _POD),
         pod_last_idle=each(pod_last(idle), _POD),
         pod_idle_since=each(lambda s: promql.pod_idle_since_last_query(range_seconds=s), _POD),

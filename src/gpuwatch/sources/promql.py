@@ -195,7 +195,12 @@ def pod_allocation_history_query(*, step_seconds: int, matchers: Sequence[Matche
 # sums times the exporter's sample interval, which the caller finds from exporter_samples_query.
 
 POD_HISTORY_LABELS = POD_ALLOCATION_LABELS
-POD_SUM_METRICS = ("gpuwatch_pod_gpu_allocation", "gpuwatch_pod_gpu_idle", "gpuwatch_pod_gpu_used")
+POD_SUM_METRICS = (
+    "gpuwatch_pod_gpu_allocation",
+    "gpuwatch_pod_gpu_idle",
+    "gpuwatch_pod_gpu_used",
+    "gpuwatch_pod_gpu_unknown",
+)
 POD_LAST_METRICS = ("gpuwatch_pod_gpu_allocation", "gpuwatch_pod_gpu_idle")
 POOL_MEAN_METRICS = ("gpuwatch_pool_fragmentation_ratio", "gpuwatch_pool_price_usd_per_gpu_hour")
 NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting")

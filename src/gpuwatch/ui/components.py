@@ -11,6 +11,7 @@ import pandas as pd
 from dash import dcc, html
 
 from gpuwatch.model import Window
+from gpuwatch.service import low_coverage_warning
 from gpuwatch.ui import ids
 from gpuwatch.ui.data import Loaded, Outage, ViewStore, age_text, window_text
 from gpuwatch.ui.filters import Filters, parse_query
@@ -228,9 +229,34 @@ def banner(outage: Outage | None, shown: Window | None, computed_at: datetime | 
     return html.Div(lines, className="gw-banner", role="alert")
 
 
+def coverage_banner(report: Mapping[str, Any] | None) -> html.Div | None:
+    """Says how much telemetry the window lacks when it is under-covered (SPEC §3 coverage): the GPU-hours
+    without it are allocated · unknown on every chart, never active or idle."""
+    warning = low_coverage_warning(report["coverage"]["warnings"]) if report is not None else None
+    if warning is None:
+        return None
+    return html.Div(
+        [
+            html.Strong("Low telemetry coverage."),
+            f" {warning[0].upper()}{warning[1:]}. ",
+            html.A("Fleet health", href="/health"),
+            " shows which nodes and GPUs report nothing.",
+        ],
+        className="gw-banner",
+        role="status",
+        id="coverage-banner",
+    )
+
+
 def loaded_banner(loaded: Loaded) -> html.Div | None:
+    """The banners above a page: a failing source (stale data), and too little telemetry in the window."""
     view = loaded.view
-    return banner(loaded.outage, view.window if view else None, view.computed_at if view else None)
+    shown = [
+        banner(loaded.outage, view.window if view else None, view.computed_at if view else None),
+        coverage_banner(view.report if view else None),
+    ]
+    present = [b for b in shown if b is not None]
+    return html.Div(present) if present else None
 
 
 def as_of(loaded: Loaded, filters: Filters) -> str:

@@ -72,27 +72,25 @@ def filter_analysis(analysis: Analysis, filters: Filters) -> Analysis:
 
 
 def _team_ledger(by_node: pd.DataFrame, marked: pd.DataFrame) -> pd.DataFrame:
-    """The node ledger holding only what `marked` (some teams' samples) allocated, idle or active."""
-    idle = marked["ge_share"].where(marked["idle"], 0.0)
+    """The node ledger holding only what `marked` (some teams' samples) allocated: unknown, idle or active."""
+    ge = marked["ge_share"]
+    unknown = marked["util_ratio"].isna()
+    idle = marked["idle"] & ~unknown
+    allocated = {
+        "allocated_unknown_ge": ge.where(unknown, 0.0),
+        "allocated_idle_ge": ge.where(idle, 0.0),
+        "allocated_active_ge": ge.where(~(idle | unknown), 0.0),
+    }
     held = (
-        pd.DataFrame(
-            {
-                "timestamp": marked["timestamp"],
-                "node": marked["node"].astype("str"),
-                "allocated_idle_ge": idle,
-                "allocated_active_ge": marked["ge_share"] - idle,
-            }
-        )
+        pd.DataFrame({"timestamp": marked["timestamp"], "node": marked["node"].astype("str"), **allocated})
         .groupby(["timestamp", "node"], as_index=False)
         .sum()
     )
     keys = by_node[["timestamp", "node", "pool"]].assign(node=by_node["node"].astype("str"))
-    out = keys.merge(held, on=["timestamp", "node"], how="left").fillna(
-        {"allocated_idle_ge": 0.0, "allocated_active_ge": 0.0}
-    )
+    out = keys.merge(held, on=["timestamp", "node"], how="left").fillna(dict.fromkeys(allocated, 0.0))
     for state in ("unavailable", "stranded", "unallocated"):
         out[f"{state}_ge"] = 0.0
-    out["capacity_ge"] = out["allocated_idle_ge"] + out["allocated_active_ge"]
+    out["capacity_ge"] = out[list(allocated)].sum(axis=1)
     out["overallocated_ge"] = 0.0
     return out[list(by_node.columns)].astype(by_node.dtypes.to_dict())
 
@@ -249,22 +247,27 @@ class View:
         return self._cached("fragmentation_timeline", compute)
 
     def team_timeline(self) -> pd.DataFrame:
-        """timestamp, team, held_ge, idle_ge, active_ge, used_ge (util × GE where known), bucketed."""
+        """timestamp, team, held_ge, unknown_ge (no telemetry), idle_ge, active_ge, used_ge (util × GE
+        where known), bucketed."""
 
         def compute() -> pd.DataFrame:
             marked = self.analysis.marked
-            idle = marked["ge_share"].where(marked["idle"], 0.0)
+            ge = marked["ge_share"]
+            unknown = marked["util_ratio"].isna()
+            idle = marked["idle"] & ~unknown
             frame = pd.DataFrame(
                 {
                     "timestamp": marked["timestamp"],
                     "team": marked["team"],
-                    "held_ge": marked["ge_share"],
-                    "idle_ge": idle,
-                    "active_ge": marked["ge_share"] - idle,
-                    "used_ge": (marked["util_ratio"] * marked["ge_share"]).fillna(0.0),
+                    "held_ge": ge,
+                    "unknown_ge": ge.where(unknown, 0.0),
+                    "idle_ge": ge.where(idle, 0.0),
+                    "active_ge": ge.where(~(idle | unknown), 0.0),
+                    "used_ge": (marked["util_ratio"] * ge).fillna(0.0),
                 }
             )
-            return bucketed(frame, self.window, ["held_ge", "idle_ge", "active_ge", "used_ge"], by=("team",))
+            values = ["held_ge", "unknown_ge", "idle_ge", "active_ge", "used_ge"]
+            return bucketed(frame, self.window, values, by=("team",))
 
         return self._cached("team_timeline", compute)
 

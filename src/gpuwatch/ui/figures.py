@@ -12,6 +12,7 @@ STATE_COLOURS: Mapping[str, str] = {
     "unavailable": "#7f7f7f",
     "stranded": "#d62728",
     "unallocated": "#c7c7c7",
+    "allocated_unknown": "#9467bd",
     "allocated_idle": "#ff7f0e",
     "allocated_active": "#2ca02c",
 }
@@ -19,6 +20,7 @@ STATE_LABELS: Mapping[str, str] = {
     "unavailable": "unavailable",
     "stranded": "stranded",
     "unallocated": "unallocated",
+    "allocated_unknown": "allocated · unknown",
     "allocated_idle": "allocated · idle",
     "allocated_active": "allocated · active",
 }
@@ -380,11 +382,16 @@ def sparkline(frame: pd.DataFrame) -> go.Figure:
 
 
 def team_trend(frame: pd.DataFrame) -> go.Figure:
-    """A team's GPUs over time: allocated active and idle (stacked) and what they used."""
+    """A team's GPUs over time: allocated active, idle and unknown (stacked) and what they used."""
     if frame.empty:
         return empty("the team held no GPUs in this window")
     fig = go.Figure()
-    for state, column in (("allocated_active", "active_ge"), ("allocated_idle", "idle_ge")):
+    stacked = (
+        ("allocated_active", "active_ge"),
+        ("allocated_idle", "idle_ge"),
+        ("allocated_unknown", "unknown_ge"),
+    )
+    for state, column in stacked:
         fig.add_trace(
             go.Scatter(
                 x=frame["timestamp"],

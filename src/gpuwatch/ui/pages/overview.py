@@ -78,7 +78,12 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
             usd(fleet["stranded_cost_usd"] + fleet["unallocated_cost_usd"]),
             "free-usd",
         ),
-        kpi("efficiency", pct(fleet["efficiency"]), "efficiency", hint="used ÷ allocated GPU-hours"),
+        kpi(
+            "efficiency",
+            pct(fleet["efficiency"]),
+            "efficiency",
+            hint="used ÷ allocated GPU-hours with telemetry",
+        ),
         capacity_kpi(
             filters,
             "allocation rate",

@@ -62,7 +62,12 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
         capacity_kpi(filters, "unallocated $", usd(fleet["unallocated_cost_usd"]), "unallocated"),
         capacity_kpi(filters, "stranded $", usd(fleet["stranded_cost_usd"]), "stranded", tone="gw-bad"),
         kpi("allocated cost", usd(fleet["cost_usd"]), "cost"),
-        kpi("efficiency", pct(fleet["efficiency"]), "efficiency", hint="used ÷ allocated GPU-hours"),
+        kpi(
+            "efficiency",
+            pct(fleet["efficiency"]),
+            "efficiency",
+            hint="used ÷ allocated GPU-hours with telemetry",
+        ),
         kpi("workloads idle now", f"{idle_now}", "idle-now", tone="gw-warn" if idle_now else ""),
     ]
 
