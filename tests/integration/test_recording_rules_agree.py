@@ -70,10 +70,14 @@ def test_team_states_costs_and_waste(
     teams = {t["team"]: t for t in report["teams"]}
     assert set(cost) == set(teams)
     for name, team in teams.items():
-        idle = sum(r["value"] for r in states if r["team"] == name and r["state"] == "allocated_idle")
-        active = sum(r["value"] for r in states if r["team"] == name and r["state"] == "allocated_active")
-        assert idle == pytest.approx(team["idle_gpu_hours"], rel=0.02, abs=1e-6), name
-        assert idle + active == pytest.approx(team["allocated_gpu_hours"], rel=0.02), name
+        held = {r["state"]: r["value"] for r in states if r["team"] == name}
+        assert held.get("allocated_idle", 0.0) == pytest.approx(team["idle_gpu_hours"], rel=0.02, abs=1e-6), (
+            name
+        )
+        assert held.get("allocated_unknown", 0.0) == pytest.approx(
+            team["unknown_gpu_hours"], rel=0.02, abs=1e-6
+        ), name
+        assert sum(held.values()) == pytest.approx(team["allocated_gpu_hours"], rel=0.02), name
         assert cost[name] == pytest.approx(team["cost_usd"], rel=0.02), name
         assert waste.get(name, 0.0) == pytest.approx(team["waste_usd"], rel=0.02, abs=1e-6), name
 

@@ -24,6 +24,7 @@ MODELS = {
     "ConfigMap": "V1ConfigMap",
     "Deployment": "V1Deployment",
     "Service": "V1Service",
+    "PodDisruptionBudget": "V1PodDisruptionBudget",
 }
 READ_VERBS = {"get", "list", "watch"}
 READ_RESOURCES = {"pods", "nodes", "namespaces", "resourcequotas"}
@@ -242,3 +243,21 @@ def test_a_stale_prometheus_rule_is_detected(tmp_path: Path) -> None:
     assert generator.main(["--check", "--output", str(stale)]) == 1
     assert generator.main(["--output", str(stale)]) == 0
     assert stale.read_text(encoding="utf-8") == generator.render()
+
+
+def test_the_exporter_runs_two_replicas_for_high_availability() -> None:
+    """Two replicas publish the same series; readers keep one copy (sources/promql.py FAMILY_LABELS), so
+    the manifests can afford HA: spread over nodes, rolled one at a time, one kept through drains."""
+    deployment = one("Deployment", "gpuwatch-exporter")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
+    (spread,) = spec["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    budget = one("PodDisruptionBudget", "gpuwatch-exporter")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]

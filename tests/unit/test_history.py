@@ -317,50 +317,103 @@ def test_history_of_the_demo_is_a_usage_error() -> None:
 
 
 QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
-    (promql.exporter_samples_query, {}, "sum(count_over_time(gpuwatch_build_info[86400s]))"),
+    (
+        promql.exporter_samples_query,
+        {"resolution_seconds": 60},
+        "count_over_time((max (avg_over_time(gpuwatch_build_info[59999ms])))[86399999ms:60s])",
+    ),
     (
         promql.pool_state_gpus_sum_query,
-        {},
-        "sum by (pool, state) (sum_over_time(gpuwatch_pool_gpus[86400s]))",
+        {"resolution_seconds": 60},
+        "sum_over_time((max by (pool, state) (avg_over_time(gpuwatch_pool_gpus[59999ms])))[86399999ms:60s])",
     ),
     (
         promql.team_state_gpus_sum_query,
-        {},
-        "sum by (team, state) (sum_over_time(gpuwatch_team_gpus[86400s]))",
+        {"resolution_seconds": 60},
+        "sum_over_time((max by (team, state) (avg_over_time(gpuwatch_team_gpus[59999ms])))[86399999ms:60s])",
     ),
-    (promql.team_used_gpus_sum_query, {}, "sum by (team) (sum_over_time(gpuwatch_team_used_gpus[86400s]))"),
+    (
+        promql.team_used_gpus_sum_query,
+        {"resolution_seconds": 60},
+        "sum_over_time((max by (team) (avg_over_time(gpuwatch_team_used_gpus[59999ms])))[86399999ms:60s])",
+    ),
     (
         promql.team_cost_sum_query,
-        {},
-        "sum by (team) (sum_over_time(gpuwatch_team_cost_usd_per_hour[86400s]))",
+        {"resolution_seconds": 60},
+        "sum_over_time(\n"
+        "  (\n"
+        "    max by (team) (avg_over_time(gpuwatch_team_cost_usd_per_hour[59999ms]))\n"
+        "  )[86399999ms:60s]\n"
+        ")",
     ),
     (
         promql.pod_gpus_sum_query,
-        {"metric": "gpuwatch_pod_gpu_allocation"},
-        "sum by (\n  namespace, pod, team, node, pool\n) (\n"
-        "  sum_over_time(gpuwatch_pod_gpu_allocation[86400s])\n)",
+        {"metric": "gpuwatch_pod_gpu_allocation", "resolution_seconds": 60},
+        "sum by (\n"
+        "  namespace, pod, team, node, pool\n"
+        ") (\n"
+        "  sum_over_time(\n"
+        "    (\n"
+        "      max by (\n"
+        "        namespace, pod, team, node, pool, resource\n"
+        "      ) (\n"
+        "        avg_over_time(gpuwatch_pod_gpu_allocation[59999ms])\n"
+        "      )\n"
+        "    )[86399999ms:60s]\n"
+        "  )\n"
+        ")",
     ),
     (
         promql.pod_gpus_last_query,
-        {"metric": "gpuwatch_pod_gpu_allocation"},
-        "sum by (\n  namespace, pod, team, node, pool\n) (\n"
-        "  last_over_time(gpuwatch_pod_gpu_allocation[86400s])\n)",
+        {"metric": "gpuwatch_pod_gpu_allocation", "resolution_seconds": 60},
+        "sum by (\n"
+        "  namespace, pod, team, node, pool\n"
+        ") (\n"
+        "  last_over_time(\n"
+        "    (\n"
+        "      max by (\n"
+        "        namespace, pod, team, node, pool, resource\n"
+        "      ) (\n"
+        "        last_over_time(gpuwatch_pod_gpu_allocation[59999ms])\n"
+        "      )\n"
+        "    )[86399999ms:60s]\n"
+        "  )\n"
+        ")",
     ),
     (
         promql.pod_idle_since_last_query,
-        {},
-        "max by (\n  namespace, pod, team, node, pool\n) (\n"
-        "  last_over_time(gpuwatch_pod_gpu_idle_since_timestamp_seconds[86400s])\n)",
+        {"resolution_seconds": 60},
+        "last_over_time(\n"
+        "  (\n"
+        "    max by (\n"
+        "      namespace, pod, team, node, pool\n"
+        "    ) (\n"
+        "      last_over_time(gpuwatch_pod_gpu_idle_since_timestamp_seconds[59999ms])\n"
+        "    )\n"
+        "  )[86399999ms:60s]\n"
+        ")",
     ),
     (
         promql.pool_sum_query,
-        {"metric": "gpuwatch_pool_fragmentation_ratio"},
-        "sum by (pool) (sum_over_time(gpuwatch_pool_fragmentation_ratio[86400s]))",
+        {"metric": "gpuwatch_pool_fragmentation_ratio", "resolution_seconds": 60},
+        "sum_over_time(\n"
+        "  (\n"
+        "    max by (pool) (avg_over_time(gpuwatch_pool_fragmentation_ratio[59999ms]))\n"
+        "  )[86399999ms:60s]\n"
+        ")",
     ),
     (
         promql.node_sum_query,
-        {"metric": "gpuwatch_node_gpu_capacity"},
-        "sum by (node) (sum_over_time(gpuwatch_node_gpu_capacity[86400s]))",
+        {"metric": "gpuwatch_node_gpu_capacity", "resolution_seconds": 60},
+        "sum by (\n"
+        "  node\n"
+        ") (\n"
+        "  sum_over_time(\n"
+        "    (\n"
+        "      max by (node, pool) (avg_over_time(gpuwatch_node_gpu_capacity[59999ms]))\n"
+        "    )[86399999ms:60s]\n"
+        "  )\n"
+        ")",
     ),
 ]
 LATEST = [
@@ -397,13 +450,23 @@ def test_latest_queries_exact_and_in_their_docstrings(builder: Callable[[], str]
 
 
 def test_other_query_variants_and_ranges() -> None:
-    assert promql.team_cost_sum_query(range_seconds=43_200.5, idle=True) == (
-        "sum by (team) (sum_over_time(gpuwatch_team_idle_cost_usd_per_hour[43200500ms]))"
+    assert promql.team_cost_sum_query(range_seconds=43_200.5, resolution_seconds=30, idle=True) == (
+        "sum_over_time(\n  (\n"
+        "    max by (team) (avg_over_time(gpuwatch_team_idle_cost_usd_per_hour[29999ms]))\n"
+        "  )[43200499ms:30s]\n)"
     )
-    assert promql.pool_sum_query("gpuwatch_pool_price_usd_per_gpu_hour", range_seconds=60, count=True) == (
-        "sum by (pool) (count_over_time(gpuwatch_pool_price_usd_per_gpu_hour[60s]))"
+    assert promql.pool_sum_query(
+        "gpuwatch_pool_price_usd_per_gpu_hour", range_seconds=60, resolution_seconds=15, count=True
+    ) == (
+        "count_over_time(\n  (\n"
+        "    max by (pool) (avg_over_time(gpuwatch_pool_price_usd_per_gpu_hour[14999ms]))\n"
+        "  )[59999ms:15s]\n)"
     )
     with pytest.raises(ConfigError):
-        promql.pod_gpus_sum_query('gpuwatch_pod_gpu_allocation{a="b"}', range_seconds=60)
+        promql.pod_gpus_sum_query(
+            'gpuwatch_pod_gpu_allocation{a="b"}', range_seconds=60, resolution_seconds=60
+        )
+    with pytest.raises(ConfigError):
+        promql.pool_state_gpus_sum_query(range_seconds=60, resolution_seconds=0)
     with pytest.raises(ConfigError):
         promql.range_duration(0)

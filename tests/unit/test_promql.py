@@ -75,6 +75,33 @@ def test_docstrings_show_the_exact_queries() -> None:
         (promql.field_aliases_selector, f'{{__name__=~"{UTIL_NAMES}"}}'),
         (promql.series_count_query, f'count({{__name__=~"{UTIL_NAMES}"}})'),
         (promql.dcgm_names_selector, promql.dcgm_names_selector()),
+        (promql.pod_allocation_history_query, promql.pod_allocation_history_query(step_seconds=60)),
+        (promql.exporter_interval_query, promql.exporter_interval_query(range_seconds=86400)),
+        (
+            promql.exporter_samples_query,
+            promql.exporter_samples_query(range_seconds=86400, resolution_seconds=60),
+        ),
+        (
+            promql.pool_state_gpus_sum_query,
+            promql.pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60),
+        ),
+        (promql.team_cost_sum_query, promql.team_cost_sum_query(range_seconds=86400, resolution_seconds=60)),
+        (
+            promql.pod_gpus_sum_query,
+            promql.pod_gpus_sum_query(
+                "gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60
+            ),
+        ),
+        (
+            promql.pod_gpus_last_query,
+            promql.pod_gpus_last_query(
+                "gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60
+            ),
+        ),
+        (
+            promql.node_sum_query,
+            promql.node_sum_query("gpuwatch_node_gpu_capacity", range_seconds=86400, resolution_seconds=60),
+        ),
     ]:
         doc = (builder.__doc__ or "").split("\n", 1)[1]
         shown = textwrap.dedent(doc.split("::\n", 1)[1] if "::\n" in doc else doc).strip()
@@ -116,3 +143,44 @@ def test_metric_names_are_validated(bad: str) -> None:
 def test_step_must_be_positive() -> None:
     with pytest.raises(ConfigError):
         dev_unless_prof(step_seconds=0)
+
+
+def test_every_gpuwatch_read_keeps_one_copy_of_each_series() -> None:
+    """Two publishers of a series differ only in scrape labels: reads take max by the family's own labels
+    before any sum, so HA replicas or a second scrape never double count (issue: 33.8 of 28 GPU-hours)."""
+    history = [
+        promql.pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
+        promql.team_state_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
+        promql.team_used_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
+        promql.team_cost_sum_query(range_seconds=86400, resolution_seconds=30, idle=True),
+        *(
+            promql.pod_gpus_sum_query(m, range_seconds=86400, resolution_seconds=30)
+            for m in promql.POD_SUM_METRICS
+        ),
+        *(
+            promql.pod_gpus_last_query(m, range_seconds=86400, resolution_seconds=30)
+            for m in promql.POD_LAST_METRICS
+        ),
+        promql.pod_idle_since_last_query(range_seconds=86400, resolution_seconds=30),
+        promql.pool_sum_query(
+            "gpuwatch_pool_price_usd_per_gpu_hour", range_seconds=86400, resolution_seconds=30
+        ),
+        promql.node_sum_query("gpuwatch_node_gpus_reporting", range_seconds=86400, resolution_seconds=30),
+        promql.exporter_samples_query(range_seconds=86400, resolution_seconds=30),
+        promql.pod_allocation_history_query(step_seconds=60),
+        promql.node_capacity_latest_query(),
+        promql.largest_free_block_latest_query(),
+        promql.pending_pod_gpus_latest_query(),
+        promql.pending_pod_waiting_latest_query(),
+    ]
+    for query in history:
+        flat = " ".join(query.split()).replace("( ", "(").replace(" )", ")")
+        metric = re.findall(r"gpuwatch_[a-z_]+", flat)[0]
+        labels = promql.FAMILY_LABELS[metric]
+        by = f"max by ({', '.join(labels)}) (" if labels else "max ("
+        assert by in flat, query
+        # The copy-collapsing max is applied to the raw series, before anything sums across them.
+        assert flat.index(by) < flat.index(metric), query
+    # Sums over time run on a grid: the max is taken at each grid point, not once per series.
+    grid = promql.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=30)
+    assert grid.endswith("[3599999ms:30s])") and "avg_over_time(gpuwatch_pool_gpus[29999ms])" in grid

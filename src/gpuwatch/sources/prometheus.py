@@ -690,16 +690,37 @@ def window_pieces(window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS)
     )
 
 
+DEFAULT_HISTORY_RESOLUTION_SECONDS: Final = 60
+
+
 def exporter_samples(
     source: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
 ) -> pd.DataFrame:
-    """window_pieces() plus `samples`: how many cycles gpuwatch's exporter left in each piece (0: none)."""
+    """window_pieces() plus `resolution_seconds`, the history grid (the exporter's scrape interval, from
+    the piece a publisher covered best), and `samples`: the grid points of each piece at which some
+    exporter cycle was published (0: none)."""
     pieces = window_pieces(window, piece_seconds=piece_seconds)
+    cycles = _piecewise(
+        source, lambda s: promql.exporter_interval_query(range_seconds=s), window, piece_seconds, ()
+    )
+    seconds = cycles["piece"].map(pieces.set_index("piece")["seconds"]).to_numpy(dtype=np.float64)
+    probes = np.minimum(seconds, promql.INTERVAL_PROBE_SECONDS)
+    intervals = probes / cycles["value"].to_numpy(dtype=np.float64)
+    intervals = intervals[np.isfinite(intervals) & (intervals > 0)]
+    # Rounded down: a grid no coarser than the scrape interval holds at most one sample per interval.
+    resolution = max(1, int(intervals.min())) if len(intervals) else DEFAULT_HISTORY_RESOLUTION_SECONDS
     counts = _piecewise(
-        source, lambda s: promql.exporter_samples_query(range_seconds=s), window, piece_seconds, ()
+        source,
+        lambda s: promql.exporter_samples_query(range_seconds=s, resolution_seconds=resolution),
+        window,
+        piece_seconds,
+        (),
     )
     per_piece = counts.groupby("piece")["value"].sum()
-    return pieces.assign(samples=pieces["piece"].map(per_piece).fillna(0.0).astype("float64"))
+    return pieces.assign(
+        resolution_seconds=resolution,
+        samples=pieces["piece"].map(per_piece).fillna(0.0).astype("float64"),
+    )
 
 
 def history_sums(
@@ -712,6 +733,10 @@ def history_sums(
     """Every gpuwatch_* sum, count and last value the history report needs, piece by piece (server-side
     aggregation: per pod at most, never per GPU), and the latest published pending pods and capacity."""
 
+    if pieces is None:
+        pieces = exporter_samples(source, window, piece_seconds=piece_seconds)
+    r = int(pieces["resolution_seconds"].iloc[0]) if len(pieces) else DEFAULT_HISTORY_RESOLUTION_SECONDS
+
     def each(build: Callable[[float], str], labels: Sequence[str]) -> pd.DataFrame:
         return _piecewise(source, build, window, piece_seconds, labels)
 
@@ -719,36 +744,37 @@ def history_sums(
         return _labelled(source.query(query, at=window.end), labels).drop(columns="piece")
 
     def pod_sum(metric: str) -> Callable[[float], str]:
-        return lambda s: promql.pod_gpus_sum_query(metric, range_seconds=s)
+        return lambda s: promql.pod_gpus_sum_query(metric, range_seconds=s, resolution_seconds=r)
 
     def pod_last(metric: str) -> Callable[[float], str]:
-        return lambda s: promql.pod_gpus_last_query(metric, range_seconds=s)
+        return lambda s: promql.pod_gpus_last_query(metric, range_seconds=s, resolution_seconds=r)
 
     def pool(metric: str, *, count: bool) -> Callable[[float], str]:
-        return lambda s: promql.pool_sum_query(metric, range_seconds=s, count=count)
+        return lambda s: promql.pool_sum_query(metric, range_seconds=s, resolution_seconds=r, count=count)
 
     def node(metric: str) -> Callable[[float], str]:
-        return lambda s: promql.node_sum_query(metric, range_seconds=s)
+        return lambda s: promql.node_sum_query(metric, range_seconds=s, resolution_seconds=r)
+
+    def team(build: Callable[..., str], **kwargs: bool) -> Callable[[float], str]:
+        return lambda s: build(range_seconds=s, resolution_seconds=r, **kwargs)
 
     frag, price = promql.POOL_MEAN_METRICS
     capacity, reporting = promql.NODE_SUM_METRICS
     allocation, idle, used, unknown = promql.POD_SUM_METRICS
     return HistorySums(
-        pieces=pieces
-        if pieces is not None
-        else exporter_samples(source, window, piece_seconds=piece_seconds),
-        pool_states=each(lambda s: promql.pool_state_gpus_sum_query(range_seconds=s), ("pool", "state")),
-        team_states=each(lambda s: promql.team_state_gpus_sum_query(range_seconds=s), ("team", "state")),
-        team_used=each(lambda s: promql.team_used_gpus_sum_query(range_seconds=s), ("team",)),
-        team_cost=each(lambda s: promql.team_cost_sum_query(range_seconds=s), ("team",)),
-        team_idle_cost=each(lambda s: promql.team_cost_sum_query(range_seconds=s, idle=True), ("team",)),
+        pieces=pieces,
+        pool_states=each(team(promql.pool_state_gpus_sum_query), ("pool", "state")),
+        team_states=each(team(promql.team_state_gpus_sum_query), ("team", "state")),
+        team_used=each(team(promql.team_used_gpus_sum_query), ("team",)),
+        team_cost=each(team(promql.team_cost_sum_query), ("team",)),
+        team_idle_cost=each(team(promql.team_cost_sum_query, idle=True), ("team",)),
         pod_allocated=each(pod_sum(allocation), _POD),
         pod_idle=each(pod_sum(idle), _POD),
         pod_used=each(pod_sum(used), _POD),
         pod_unknown=each(pod_sum(unknown), _POD),
         pod_last_allocated=each(pod_last(allocation), _POD),
         pod_last_idle=each(pod_last(idle), _POD),
-        pod_idle_since=each(lambda s: promql.pod_idle_since_last_query(range_seconds=s), _POD),
+        pod_idle_since=each(team(promql.pod_idle_since_last_query), _POD),
         fragmentation_sum=each(pool(frag, count=False), ("pool",)),
         fragmentation_count=each(pool(frag, count=True), ("pool",)),
         price_sum=each(pool(price, count=False), ("pool",)),

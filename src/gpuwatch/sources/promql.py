@@ -172,27 +172,81 @@ def dcgm_alias_query(
 
 
 POD_ALLOCATION_LABELS = ("namespace", "pod", "team", "node", "pool")
+_POD_LABELS = POD_ALLOCATION_LABELS
+PENDING_LABELS = ("namespace", "pod", "team", "pool")
+
+# Every gpuwatch_* family and its own labels (docs/metrics.md). Copies of a series from several
+# publishers (two exporter replicas, a second scrape job, Prometheus HA replicas behind one query
+# endpoint) differ only in labels the scrape added — instance, job, the exporter pod's namespace/pod,
+# service, endpoint, replica labels — whatever a deployment calls them. Every read aggregates a family
+# by its own labels with max, so the copies are one fact, never summed.
+FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
+    "gpuwatch_pod_gpu_allocation": (*_POD_LABELS, "resource"),
+    "gpuwatch_pod_gpu_idle": _POD_LABELS,
+    "gpuwatch_pod_gpu_used": _POD_LABELS,
+    "gpuwatch_pod_gpu_unknown": _POD_LABELS,
+    "gpuwatch_pod_gpu_utilization_ratio": _POD_LABELS,
+    "gpuwatch_pod_gpu_idle_since_timestamp_seconds": _POD_LABELS,
+    "gpuwatch_node_gpus": ("node", "pool", "state"),
+    "gpuwatch_node_gpu_capacity": ("node", "pool"),
+    "gpuwatch_node_gpu_allocatable": ("node", "pool"),
+    "gpuwatch_node_gpus_reporting": ("node", "pool"),
+    "gpuwatch_team_gpus": ("team", "state"),
+    "gpuwatch_team_used_gpus": ("team",),
+    "gpuwatch_team_cost_usd_per_hour": ("team",),
+    "gpuwatch_team_idle_cost_usd_per_hour": ("team",),
+    "gpuwatch_pool_gpus": ("pool", "state"),
+    "gpuwatch_pool_fragmentation_ratio": ("pool",),
+    "gpuwatch_pool_largest_free_block_gpus": ("pool",),
+    "gpuwatch_pool_price_usd_per_gpu_hour": ("pool",),
+    "gpuwatch_pending_pod_gpus": (*PENDING_LABELS, "blocked_by"),
+    "gpuwatch_pending_pod_waiting_seconds": PENDING_LABELS,
+    "gpuwatch_build_info": (),  # version left out: a cycle is a cycle whichever version ran it
+}
+
+
+def one_copy(body: str, metric: str) -> str:
+    """`body` (an expression over `metric`) with the publishers' copies of each series made one: max by
+    the family's own labels.
+
+    one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus") is::
+
+        max by (pool, state) (gpuwatch_pool_gpus)
+    """
+    labels = FAMILY_LABELS[metric]
+    by = f" by ({', '.join(labels)})" if labels else ""
+    single = f"max{by} ({body})"
+    return single if len(single) <= WIDTH else _by("max", labels, body)
 
 
 def pod_allocation_history_query(*, step_seconds: int, matchers: Sequence[Matcher] = ()) -> str:
-    """GE each pod held over each step, from gpuwatch's own exporter series (SPEC §4.3 history).
+    """GE each pod held over each step, from gpuwatch's own exporter series (SPEC §4.3 history), one copy
+    of each series whatever publishers wrote it.
 
     pod_allocation_history_query(step_seconds=60) is::
 
         sum by (
           namespace, pod, team, node, pool
         ) (
-          avg_over_time(gpuwatch_pod_gpu_allocation[60s])
+          max by (
+            namespace, pod, team, node, pool, resource
+          ) (
+            avg_over_time(gpuwatch_pod_gpu_allocation[60s])
+          )
         )
     """
-    body = f"avg_over_time({selector('gpuwatch_pod_gpu_allocation', matchers)}[{step_seconds}s])"
+    metric = "gpuwatch_pod_gpu_allocation"
+    body = one_copy(f"avg_over_time({selector(metric, matchers)}[{step_seconds}s])", metric)
     return _by("sum", POD_ALLOCATION_LABELS, body)
 
 
 # ---------------------------------------------------------------------------------------------
 # The history path (SPEC §4.3): gpuwatch's own low-cardinality series summed over a piece of a window
-# (sum_over_time: the sum of the exporter's samples in the range) or read at its end. GE-hours are those
-# sums times the exporter's sample interval, which the caller finds from exporter_samples_query.
+# or read at its end. Sums are taken on a grid of `resolution` seconds (a subquery): at each grid point
+# the publishers' copies of a series are made one (one_copy of its average over the grid interval), so
+# two exporter replicas count once and an HA failover mid-piece loses nothing. GE-hours are those sums
+# times the piece's length over its grid points with an exporter cycle (exporter_samples_query), which
+# holds for any resolution that is a multiple of the scrape interval.
 
 POD_HISTORY_LABELS = POD_ALLOCATION_LABELS
 POD_SUM_METRICS = (
@@ -204,7 +258,9 @@ POD_SUM_METRICS = (
 POD_LAST_METRICS = ("gpuwatch_pod_gpu_allocation", "gpuwatch_pod_gpu_idle")
 POOL_MEAN_METRICS = ("gpuwatch_pool_fragmentation_ratio", "gpuwatch_pool_price_usd_per_gpu_hour")
 NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting")
-PENDING_LABELS = ("namespace", "pod", "team", "pool")
+
+
+_MS: Final = 0.001
 
 
 def range_duration(seconds: float) -> str:
@@ -215,13 +271,30 @@ def range_duration(seconds: float) -> str:
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
-def _over_time(aggregate: str, labels: Sequence[str], function: str, metric: str, seconds: float) -> str:
-    by = f" by ({', '.join(check_label_name(label) for label in labels)}) " if labels else ""
-    return f"{aggregate}{by}({function}({selector(metric)}[{range_duration(seconds)}]))"
+def _on_grid(
+    function: str, metric: str, seconds: float, resolution: int, within: str = "avg_over_time"
+) -> str:
+    """function over a subquery: one copy of the metric per grid interval (`within` reduces a publisher's
+    samples in it), `seconds` back."""
+    if resolution < 1:
+        raise ConfigError(f"the history resolution must be at least 1s, got {resolution}s")
+    # Prometheus before 3.0 closes ranges at both ends: 1 ms less puts a sample (or grid point) that falls
+    # exactly on a boundary in one interval (piece), not two.
+    inner = one_copy(f"{within}({selector(metric)}[{range_duration(resolution - _MS)}])", metric)
+    outer = f"[{range_duration(seconds - _MS)}:{resolution}s]"
+    single = f"{function}(({inner}){outer})"
+    if len(single) <= WIDTH:
+        return single
+    return f"{function}(\n  (\n{textwrap.indent(inner, '    ')}\n  ){outer}\n)"
 
 
-def _pod_over_time(aggregate: str, function: str, metric: str, seconds: float) -> str:
-    return _by(aggregate, POD_HISTORY_LABELS, f"{function}({selector(metric)}[{range_duration(seconds)}])")
+def _summed(labels: Sequence[str], metric: str, function: str, seconds: float, resolution: int) -> str:
+    body = _on_grid(function, metric, seconds, resolution)
+    if tuple(labels) == FAMILY_LABELS[metric]:
+        return body  # one series per label set already
+    if not labels:
+        return f"sum (\n{textwrap.indent(body, '  ')}\n)"
+    return _by("sum", [check_label_name(label) for label in labels], body)
 
 
 def _one_of_metrics(metric: str, allowed: Sequence[str]) -> str:
@@ -230,128 +303,205 @@ def _one_of_metrics(metric: str, allowed: Sequence[str]) -> str:
     return metric
 
 
-def exporter_samples_query(*, range_seconds: float) -> str:
-    """How many samples gpuwatch's exporter left in the range (every cycle publishes gpuwatch_build_info).
+INTERVAL_PROBE_SECONDS: Final = 600
 
-    exporter_samples_query(range_seconds=86400) is::
 
-        sum(count_over_time(gpuwatch_build_info[86400s]))
+def exporter_interval_query(*, range_seconds: float) -> str:
+    """The most exporter cycles one publisher left in any stretch of INTERVAL_PROBE_SECONDS (or of the
+    range, if shorter) within the range: that stretch / it is at most the scrape interval, the history
+    grid's resolution (a failover between replicas mid-range does not stretch it).
+
+    exporter_interval_query(range_seconds=86400) is::
+
+        max_over_time((max(count_over_time(gpuwatch_build_info[600s])))[86400s:600s])
     """
-    return _over_time("sum", (), "count_over_time", "gpuwatch_build_info", range_seconds)
+    probe = range_duration(probe_seconds(range_seconds))
+    counts = f"max(count_over_time({selector('gpuwatch_build_info')}[{probe}]))"
+    return f"max_over_time(({counts})[{range_duration(range_seconds)}:{probe}])"
 
 
-def pool_state_gpus_sum_query(*, range_seconds: float) -> str:
-    """GE per pool and ledger state, summed over the exporter's samples in the range.
+def probe_seconds(range_seconds: float) -> float:
+    """The stretch exporter_interval_query counts cycles in."""
+    return min(float(INTERVAL_PROBE_SECONDS), range_seconds)
 
-    pool_state_gpus_sum_query(range_seconds=86400) is::
 
-        sum by (pool, state) (sum_over_time(gpuwatch_pool_gpus[86400s]))
+def exporter_samples_query(*, range_seconds: float, resolution_seconds: int) -> str:
+    """Grid points of the range at which some exporter cycle was published (every cycle publishes
+    gpuwatch_build_info), whatever number of publishers.
+
+    exporter_samples_query(range_seconds=86400, resolution_seconds=60) is::
+
+        count_over_time((max (avg_over_time(gpuwatch_build_info[59999ms])))[86399999ms:60s])
     """
-    return _over_time("sum", ("pool", "state"), "sum_over_time", "gpuwatch_pool_gpus", range_seconds)
+    return _on_grid("count_over_time", "gpuwatch_build_info", range_seconds, resolution_seconds)
 
 
-def team_state_gpus_sum_query(*, range_seconds: float) -> str:
-    """GE each team held idle-allocated and active, summed over the exporter's samples in the range.
+def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) -> str:
+    """GE per pool and ledger state, summed over the grid points of the range.
 
-    team_state_gpus_sum_query(range_seconds=86400) is::
+    pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
 
-        sum by (team, state) (sum_over_time(gpuwatch_team_gpus[86400s]))
+        sum_over_time((max by (pool, state) (avg_over_time(gpuwatch_pool_gpus[59999ms])))[86399999ms:60s])
     """
-    return _over_time("sum", ("team", "state"), "sum_over_time", "gpuwatch_team_gpus", range_seconds)
+    metric = "gpuwatch_pool_gpus"
+    return _summed(("pool", "state"), metric, "sum_over_time", range_seconds, resolution_seconds)
 
 
-def team_used_gpus_sum_query(*, range_seconds: float) -> str:
-    """Busy GE (utilization × GE share) per team, summed over the exporter's samples in the range.
+def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) -> str:
+    """GE each team held per allocated state (unknown, idle, active), summed over the grid points.
 
-    team_used_gpus_sum_query(range_seconds=86400) is::
+    team_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
 
-        sum by (team) (sum_over_time(gpuwatch_team_used_gpus[86400s]))
+        sum_over_time((max by (team, state) (avg_over_time(gpuwatch_team_gpus[59999ms])))[86399999ms:60s])
     """
-    return _over_time("sum", ("team",), "sum_over_time", "gpuwatch_team_used_gpus", range_seconds)
+    metric = "gpuwatch_team_gpus"
+    return _summed(("team", "state"), metric, "sum_over_time", range_seconds, resolution_seconds)
 
 
-def team_cost_sum_query(*, range_seconds: float, idle: bool = False) -> str:
-    """A team's spend rate (USD/h), allocated or idle-allocated, summed over the exporter's samples.
+def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) -> str:
+    """Busy GE (utilization × GE share) per team, summed over the grid points of the range.
 
-    team_cost_sum_query(range_seconds=86400) and (idle=True) are::
+    team_used_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
 
-        sum by (team) (sum_over_time(gpuwatch_team_cost_usd_per_hour[86400s]))
-        sum by (team) (sum_over_time(gpuwatch_team_idle_cost_usd_per_hour[86400s]))
+        sum_over_time((max by (team) (avg_over_time(gpuwatch_team_used_gpus[59999ms])))[86399999ms:60s])
+    """
+    metric = "gpuwatch_team_used_gpus"
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds)
+
+
+def team_cost_sum_query(*, range_seconds: float, resolution_seconds: int, idle: bool = False) -> str:
+    """A team's spend rate (USD/h), allocated or idle-allocated, summed over the grid points.
+
+    team_cost_sum_query(range_seconds=86400, resolution_seconds=60) and (idle=True) are::
+
+        sum_over_time(
+          (
+            max by (team) (avg_over_time(gpuwatch_team_cost_usd_per_hour[59999ms]))
+          )[86399999ms:60s]
+        )
+
+        sum_over_time(
+          (
+            max by (team) (avg_over_time(gpuwatch_team_idle_cost_usd_per_hour[59999ms]))
+          )[86399999ms:60s]
+        )
     """
     metric = "gpuwatch_team_idle_cost_usd_per_hour" if idle else "gpuwatch_team_cost_usd_per_hour"
-    return _over_time("sum", ("team",), "sum_over_time", metric, range_seconds)
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds)
 
 
-def pod_gpus_sum_query(metric: str, *, range_seconds: float) -> str:
-    """GE per pod (allocated, idle-allocated or busy), summed over the exporter's samples in the range.
+def pod_gpus_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+    """GE per pod (allocated, idle-allocated, busy or unknown), summed over the grid points of the range.
 
-    The same for gpuwatch_pod_gpu_idle and gpuwatch_pod_gpu_used;
-    pod_gpus_sum_query("gpuwatch_pod_gpu_allocation", range_seconds=86400) is::
+    The same for gpuwatch_pod_gpu_idle, _used and _unknown;
+    pod_gpus_sum_query("gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60) is::
 
         sum by (
           namespace, pod, team, node, pool
         ) (
-          sum_over_time(gpuwatch_pod_gpu_allocation[86400s])
+          sum_over_time(
+            (
+              max by (
+                namespace, pod, team, node, pool, resource
+              ) (
+                avg_over_time(gpuwatch_pod_gpu_allocation[59999ms])
+              )
+            )[86399999ms:60s]
+          )
         )
     """
-    return _pod_over_time("sum", "sum_over_time", _one_of_metrics(metric, POD_SUM_METRICS), range_seconds)
+    metric = _one_of_metrics(metric, POD_SUM_METRICS)
+    return _summed(POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds)
 
 
-def pod_gpus_last_query(metric: str, *, range_seconds: float) -> str:
-    """GE per pod (allocated or idle-allocated) at its last sample in the range.
+def pod_gpus_last_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+    """GE per pod (allocated or idle-allocated) at its last grid point in the range with a sample, one
+    copy per series: after a failover the surviving replica's last word counts, not the dead one's.
 
     The same for gpuwatch_pod_gpu_idle;
-    pod_gpus_last_query("gpuwatch_pod_gpu_allocation", range_seconds=86400) is::
+    pod_gpus_last_query("gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60) is::
 
         sum by (
           namespace, pod, team, node, pool
         ) (
-          last_over_time(gpuwatch_pod_gpu_allocation[86400s])
+          last_over_time(
+            (
+              max by (
+                namespace, pod, team, node, pool, resource
+              ) (
+                last_over_time(gpuwatch_pod_gpu_allocation[59999ms])
+              )
+            )[86399999ms:60s]
+          )
         )
     """
-    return _pod_over_time("sum", "last_over_time", _one_of_metrics(metric, POD_LAST_METRICS), range_seconds)
+    metric = _one_of_metrics(metric, POD_LAST_METRICS)
+    body = _on_grid("last_over_time", metric, range_seconds, resolution_seconds, within="last_over_time")
+    return _by("sum", POD_HISTORY_LABELS, body)
 
 
-def pod_idle_since_last_query(*, range_seconds: float) -> str:
-    """Since when each pod was idle, at the last sample in the range that said so.
+def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int) -> str:
+    """Since when each pod was idle, at the last grid point in the range that said so.
 
-    pod_idle_since_last_query(range_seconds=86400) is::
+    pod_idle_since_last_query(range_seconds=86400, resolution_seconds=60) is::
 
-        max by (
-          namespace, pod, team, node, pool
-        ) (
-          last_over_time(gpuwatch_pod_gpu_idle_since_timestamp_seconds[86400s])
+        last_over_time(
+          (
+            max by (
+              namespace, pod, team, node, pool
+            ) (
+              last_over_time(gpuwatch_pod_gpu_idle_since_timestamp_seconds[59999ms])
+            )
+          )[86399999ms:60s]
         )
     """
     metric = "gpuwatch_pod_gpu_idle_since_timestamp_seconds"
-    return _pod_over_time("max", "last_over_time", metric, range_seconds)
+    return _on_grid("last_over_time", metric, range_seconds, resolution_seconds, within="last_over_time")
 
 
-def pool_sum_query(metric: str, *, range_seconds: float, count: bool = False) -> str:
-    """A per-pool ratio or price summed (or, count=True, counted) over the samples in the range: its time
-    average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
+def pool_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int, count: bool = False) -> str:
+    """A per-pool ratio or price summed (or, count=True, counted) over the grid points of the range: its
+    time average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
 
     The same for gpuwatch_pool_price_usd_per_gpu_hour;
-    pool_sum_query("gpuwatch_pool_fragmentation_ratio", range_seconds=86400) and (count=True) are::
+    pool_sum_query("gpuwatch_pool_fragmentation_ratio", range_seconds=86400, resolution_seconds=60) and
+    (count=True) are::
 
-        sum by (pool) (sum_over_time(gpuwatch_pool_fragmentation_ratio[86400s]))
-        sum by (pool) (count_over_time(gpuwatch_pool_fragmentation_ratio[86400s]))
+        sum_over_time(
+          (
+            max by (pool) (avg_over_time(gpuwatch_pool_fragmentation_ratio[59999ms]))
+          )[86399999ms:60s]
+        )
+
+        count_over_time(
+          (
+            max by (pool) (avg_over_time(gpuwatch_pool_fragmentation_ratio[59999ms]))
+          )[86399999ms:60s]
+        )
     """
     metric = _one_of_metrics(metric, POOL_MEAN_METRICS)
     function = "count_over_time" if count else "sum_over_time"
-    return _over_time("sum", ("pool",), function, metric, range_seconds)
+    return _summed(("pool",), metric, function, range_seconds, resolution_seconds)
 
 
-def node_sum_query(metric: str, *, range_seconds: float) -> str:
-    """GPU units per node (capacity, or with DCGM telemetry) summed over the samples in the range.
+def node_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+    """GPU units per node (capacity, or with DCGM telemetry) summed over the grid points of the range.
 
     The same for gpuwatch_node_gpus_reporting;
-    node_sum_query("gpuwatch_node_gpu_capacity", range_seconds=86400) is::
+    node_sum_query("gpuwatch_node_gpu_capacity", range_seconds=86400, resolution_seconds=60) is::
 
-        sum by (node) (sum_over_time(gpuwatch_node_gpu_capacity[86400s]))
+        sum by (
+          node
+        ) (
+          sum_over_time(
+            (
+              max by (node, pool) (avg_over_time(gpuwatch_node_gpu_capacity[59999ms]))
+            )[86399999ms:60s]
+          )
+        )
     """
     metric = _one_of_metrics(metric, NODE_SUM_METRICS)
-    return _over_time("sum", ("node",), "sum_over_time", metric, range_seconds)
+    return _summed(("node",), metric, "sum_over_time", range_seconds, resolution_seconds)
 
 
 def node_capacity_latest_query() -> str:
