@@ -18,6 +18,7 @@ import pytest
 import requests
 import yaml
 
+from gpuwatch.model import Window
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.exposition import FAMILY_NAMES
 from tests.integration.prom import PROMTOOL, BackfilledPrometheus, PrometheusFactory
@@ -296,21 +297,53 @@ def test_high_temperature_selects_the_hot_gpu_only(health_prometheus: Backfilled
     assert hits[hot.uuid]["node"] == exporter_of(fleet, hot.node).hostname_value
 
 
-def test_framebuffer_near_full_selects_nothing_on_a_fleet_below_95_percent(
-    health_prometheus: BackfilledPrometheus,
+@pytest.mark.parametrize(
+    ("alert", "threshold"), [("GPUMemoryHigh", "0.95"), ("GPUFramebufferNearFull", "0.99")]
+)
+def test_framebuffer_alerts_select_nothing_on_a_fleet_below_95_percent(
+    health_prometheus: BackfilledPrometheus, alert: str, threshold: str
 ) -> None:
     at = after_all_events(health_prometheus.fleet)
-    assert selected(health_prometheus, "GPUFramebufferNearFull", at) == {}
+    assert selected(health_prometheus, alert, at) == {}
     ratios = instant(health_prometheus, recording_rules()["node_gpu:dcgm_fb_used_ratio:max"], at)
     assert ratios and max(float(r["value"][1]) for r in ratios) < 0.95
     # The same expression with a threshold the busiest unit passes selects exactly that unit.
     busiest = max(ratios, key=lambda r: float(r["value"][1]))
-    threshold = float(busiest["value"][1]) - 1e-9
-    expr = alert_exprs()["GPUFramebufferNearFull"].replace("> 0.95", f"> {threshold!r}")
+    lowered = float(busiest["value"][1]) - 1e-9
+    expr = alert_exprs()[alert].replace(f"> {threshold}", f"> {lowered!r}")
+    assert expr != alert_exprs()[alert]
     hits = instant(health_prometheus, expr, at)
     assert [(r["metric"]["UUID"], r["metric"].get("GPU_I_ID")) for r in hits] == [
         (busiest["metric"]["UUID"], busiest["metric"].get("GPU_I_ID"))
     ]
+
+
+def test_underutilized_selects_the_held_gpus_below_ten_percent(
+    health_prometheus: BackfilledPrometheus,
+) -> None:
+    """The expression (before its `for: 1h`) selects exactly the held units the fleet ran below 10 %."""
+    fleet = health_prometheus.fleet
+    step = timedelta(seconds=fleet.window.step_seconds)
+    sample = fleet.window.start + step * (int((after_all_events(fleet) - fleet.window.start) / step))
+    at = sample + step * 0.75  # backfilled samples sit mid-interval: the instant read is this sample's
+    telemetry = fleet.telemetry(
+        Window(start=sample, end=sample + step, step_seconds=fleet.window.step_seconds)
+    )
+    held = {
+        (a.uuid, a.gpu_instance_id)
+        for a in fleet.allocations
+        if a.start <= sample and (a.end is None or a.end > sample)
+    }
+    low = {
+        (u, gi)
+        for u, gi, util in telemetry[["uuid", "gpu_instance_id", "util_ratio"]].itertuples(index=False)
+        if (u, gi) in held and util < 0.10
+    }
+    assert low, "the demo fleet has idle held GPUs (notebooks, stuck jobs)"
+    hits = instant(health_prometheus, alert_exprs()["GPUUnderutilized"], at)
+    got = {(r["metric"]["UUID"], r["metric"].get("GPU_I_ID", "")) for r in hits}
+    assert got == low
+    assert all(r["metric"]["workload"] for r in hits)
 
 
 # -- promtool -------------------------------------------------------------------------------------

@@ -30,7 +30,14 @@ SPEC_ALERTS = {
     "GPUPendingWhileIdle",
     "GpuwatchDown",
 }
-DEVICE_HEALTH = {"GPUCriticalXidError", "GPURowRemapFailure", "GPUHighTemperature", "GPUFramebufferNearFull"}
+DEVICE_HEALTH = {
+    "GPUCriticalXidError",
+    "GPURowRemapFailure",
+    "GPUHighTemperature",
+    "GPUMemoryHigh",
+    "GPUFramebufferNearFull",
+    "GPUUnderutilized",
+}
 LEVEL_METRIC_OPERATIONS = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*$")
 
