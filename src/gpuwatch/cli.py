@@ -7,7 +7,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuwatch import __version__
 from gpuwatch.config import Settings, load_settings
@@ -16,6 +16,7 @@ from gpuwatch.model import utc
 from gpuwatch.units import parse_duration_seconds
 
 if TYPE_CHECKING:
+    from gpuwatch.model import Window
     from gpuwatch.service import FleetService, SimulationParams
 
 # 1: `gpuwatch check` found a problem (one line each on stderr); 2: usage or config; 3: a source unreachable.
@@ -69,7 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", parents=[common], help="the GPU-hour ledger report for a window")
     report.add_argument("--demo", action="store_true", help="report on the simulated fleet")
     report.add_argument("--start", type=_iso_time, help="window start, ISO 8601 (default: end - 1 day)")
-    report.add_argument("--end", type=_iso_time, help="window end, ISO 8601 (default: now)")
+    report.add_argument(
+        "--end", "--until", dest="end", type=_iso_time, help="window end, ISO 8601 (default: now)"
+    )
+    report.add_argument(
+        "--since",
+        type=_duration_seconds,
+        metavar="DURATION",
+        help="window length back from the end, e.g. 7d, 30d, 12h (instead of --start)",
+    )
     report.add_argument("--step", type=_step_seconds, default=60, help="sample step (default 60s)")
     report.add_argument("--group-by", choices=("team", "namespace", "workload", "pool"), default="team")
     report.add_argument("--format", choices=("table", "json", "csv", "parquet", "html"), default="table")
@@ -167,6 +176,16 @@ def _iso_time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from e
 
 
+def _duration_seconds(text: str) -> float:
+    try:
+        seconds = parse_duration_seconds(text)
+    except DataError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
+    return seconds
+
+
 def _step_seconds(text: str) -> int:
     try:
         seconds = parse_duration_seconds(text)
@@ -196,11 +215,29 @@ def _sim_params(args: argparse.Namespace) -> "SimulationParams":
     )
 
 
-def _service(args: argparse.Namespace) -> "FleetService":
-    from gpuwatch.service import FleetService
+def _service(args: argparse.Namespace, *, history_days: float | None = None) -> "FleetService":
+    """The live service, or with --demo the simulated fleet (its history at least `history_days` long)."""
+    from gpuwatch.service import DEMO_HISTORY_DAYS, FleetService
 
     settings = _settings(args)
-    return FleetService.demo(settings) if getattr(args, "demo", False) else FleetService.live(settings)
+    if getattr(args, "demo", False):
+        return FleetService.demo(settings, history_days=max(DEMO_HISTORY_DAYS, history_days or 0.0))
+    return FleetService.live(settings)
+
+
+def _report_window(args: argparse.Namespace, now: datetime) -> "Window":
+    """The report's [start, end) from --start/--since and --end/--until; `now` (the end by default) is
+    floored to the step, so the last sample is a whole one and equals the dashboard's."""
+    from gpuwatch.model import Window
+
+    if args.since is not None and args.start is not None:
+        raise ConfigError("--since and --start both set the window's start: give one of them")
+    end = args.end or datetime.fromtimestamp(now.timestamp() // args.step * args.step, UTC)
+    if args.start is not None:
+        start = args.start
+    else:
+        start = end - timedelta(seconds=args.since if args.since is not None else 86_400)
+    return Window(start=start, end=end, step_seconds=args.step).coarsened()
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -216,18 +253,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from gpuwatch.history import NoHistoryError, read_history, wants_history
-    from gpuwatch.model import Window
     from gpuwatch.report import SOURCE_HISTORY, SOURCE_RAW, Report, build_history_report, build_report, render
 
-    service = _service(args)
-    end = args.end or service.now()
-    start = args.start or end - timedelta(days=1)
-    window = Window(start=start, end=end, step_seconds=args.step).coarsened()
+    if args.demo:
+        from gpuwatch.service import demo_end
+
+        # The simulated history starts early enough for the window: no day before it is invented.
+        window = _report_window(args, demo_end())
+        service = _service(args, history_days=(demo_end() - window.start).total_seconds() / 86_400 + 1)
+    else:
+        service = _service(args)
+        window = _report_window(args, service.now())
     report: Report | None = None
     source = SOURCE_HISTORY
     if wants_history(args.source, window, demo=args.demo):
         try:
-            report = build_history_report(read_history(service.settings, window))
+            history = read_history(service.settings, window)
+            report = build_history_report(history, health=_health_events(service, window))
         except NoHistoryError as e:
             if args.source == "history":
                 raise
@@ -238,7 +280,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
             print(
                 f"gpuwatch: step raised to {window.step_seconds}s (11,000 points per series)", file=sys.stderr
             )
-        report = build_report(service.analysis(window))
+        analysis = service.analysis(window)
+        report = build_report(analysis, health=_health_events(service, window, analysis.nodes))
     data = render(report, args.format, group_by=args.group_by, source=source)
     if args.output:
         try:
@@ -251,6 +294,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(data.decode())
     return EXIT_OK
+
+
+def _health_events(service: "FleetService", window: "Window", nodes: Any = None) -> Any:
+    """The report's health events; a report without them (and a warning) if the sources fail."""
+    from gpuwatch.service import health_events_now
+
+    try:
+        return health_events_now(service, window, nodes)
+    except SourceError as e:
+        print(f"gpuwatch: warning: health events not read: {e}", file=sys.stderr)
+        return None
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -17,6 +17,13 @@ from gpuwatch.analytics.fragmentation import (
     largest_free_block,
     request_mix,
 )
+
+# Re-exported (`as`): the UI and the CLI take these through the service layer, never from below it.
+from gpuwatch.analytics.health import HOT_CELSIUS as HOT_CELSIUS
+from gpuwatch.analytics.health import gpu_rows as gpu_rows
+from gpuwatch.analytics.health import health_events as health_events
+from gpuwatch.analytics.health import is_hot as is_hot
+from gpuwatch.analytics.health import xid_text as xid_text
 from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
 from gpuwatch.config import Settings
@@ -27,11 +34,13 @@ from gpuwatch.series import published_series, write_openmetrics
 from gpuwatch.sources.dcgm import ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
+from gpuwatch.sources.simulated.demo import DEMO_HISTORY_DAYS as DEMO_HISTORY_DAYS
 from gpuwatch.sources.simulated.demo import (
     DEMO_NAMESPACE_TEAMS,
     DEMO_PRICES_USD_PER_GPU_HOUR,
     build_demo_fleet,
 )
+from gpuwatch.sources.simulated.demo import demo_end as demo_end
 from gpuwatch.sources.simulated.exposition import write_backfill
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 from gpuwatch.sources.simulated.source import SimulatedSource
@@ -81,6 +90,8 @@ class FleetSources(Protocol):
 
     def now(self) -> datetime: ...
 
+    def history_start(self) -> datetime | None: ...
+
 
 class LiveSources:
     """Prometheus (DCGM and gpuwatch's own history) and the Kubernetes API server."""
@@ -108,6 +119,9 @@ class LiveSources:
     def now(self) -> datetime:
         return self._clock()
 
+    def history_start(self) -> datetime | None:
+        return None  # Prometheus' retention decides; coverage says what is missing
+
 
 class SimulatedSources:
     """The simulated fleet behind the FleetSources interface (the demo)."""
@@ -131,6 +145,9 @@ class SimulatedSources:
     def now(self) -> datetime:
         return self.fleet.now
 
+    def history_start(self) -> datetime | None:
+        return self.fleet.window.start
+
 
 class FleetService:
     """Answers the questions of the UI, the CLI and the exporter for one fleet, with a small cache."""
@@ -143,8 +160,21 @@ class FleetService:
         self._lock = threading.Lock()
 
     @classmethod
-    def demo(cls, settings: Settings | None = None, fleet: SimulatedFleet | None = None) -> "FleetService":
-        return cls(settings=demo_settings(settings), sources=SimulatedSources(fleet or build_demo_fleet()))
+    def demo(
+        cls,
+        settings: Settings | None = None,
+        fleet: SimulatedFleet | None = None,
+        *,
+        history_days: float = DEMO_HISTORY_DAYS,
+    ) -> "FleetService":
+        """The simulated fleet (built over `history_days` up to the current hour unless given): every
+        window it is asked for lies within that history, so no day is invented empty."""
+        fleet = fleet or build_demo_fleet(days=history_days)
+        return cls(settings=demo_settings(settings), sources=SimulatedSources(fleet))
+
+    def history_start(self) -> datetime | None:
+        """Where the sources' history begins, when they know (the simulated fleet's first sample)."""
+        return self.sources.history_start()
 
     @classmethod
     def live(cls, settings: Settings) -> "FleetService":
@@ -810,6 +840,16 @@ def gpu_health(service: FleetService, window: Window) -> pd.DataFrame:
     reported nothing in those samples has no row (the UI shows it as missing telemetry).
     """
     return health_samples(service.sources, health_window(window))
+
+
+def health_events_now(
+    service: FleetService, window: Window, nodes: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The health events at the end of `window` (the report's `health`, the Fleet health page's events):
+    the last device telemetry and the nodes as the API server has them (`nodes`, if already read)."""
+    if nodes is None:
+        nodes = nodes_frame(service.sources.cluster_state())
+    return health_events(gpu_rows(gpu_health(service, window)), nodes)
 
 
 def health_samples(sources: "FleetSources | HealthSources", recent: Window) -> pd.DataFrame:

@@ -47,6 +47,9 @@ class FlakySources:
     def now(self) -> datetime:
         return self.inner.now()
 
+    def history_start(self) -> datetime | None:
+        return self.inner.history_start()
+
     def gpu_health(self, window: Window) -> pd.DataFrame:
         self._check()
         return health_samples(self.inner, window)

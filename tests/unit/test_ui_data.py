@@ -71,13 +71,34 @@ def test_an_outage_serves_the_last_good_view_and_says_so(
         raise PrometheusError("prometheus unreachable")
 
     monkeypatch.setattr(service.sources, "cluster_state", unreachable)
-    stale = store.load(Filters(window="7d", teams=("vision",)))
+    stale = store.load(Filters(window="1h", teams=("vision",)))
     assert stale.outage is not None and "unreachable" in stale.outage.message
     assert stale.view is not None and stale.view.window == good.view.window  # the last good window
     assert [t["team"] for t in stale.view.report["teams"]] == ["vision"]  # filtered all the same
     assert store.load(Filters()).outage is not None  # cached, but the source is still down
     monkeypatch.undo()
     assert store.load(Filters(window="1h")).outage is None
+
+
+def test_a_window_longer_than_the_simulated_history_starts_where_the_history_does(
+    service: FleetService,
+) -> None:
+    """The 1-day simulated fleet asked for 7 or 30 days: the window starts at the fleet's first sample,
+    so no day before the fleet existed is counted as unallocated capacity."""
+    store = ViewStore(service)
+    first = service.history_start()
+    assert first is not None
+    for preset in ("7d", "30d"):
+        window = store.window(Filters(window=preset))
+        assert window.start == first and window.end == service.now()
+    custom = store.window(
+        Filters(window=CUSTOM, start=first - timedelta(days=20), end=first + timedelta(hours=6))
+    )
+    assert (custom.start, custom.end) == (first, first + timedelta(hours=6))
+    view = store.load(Filters(window="30d")).view
+    assert view is not None
+    coverage = view.report["coverage"]
+    assert coverage["gpu_samples_present"] >= 0.95 * coverage["gpu_samples_expected"]
     assert store.load(Filters()).outage is None
 
 
@@ -108,6 +129,9 @@ class HandSources:
 
     def now(self) -> datetime:
         return START + timedelta(hours=4)
+
+    def history_start(self) -> datetime | None:
+        return None
 
 
 def _minutes(

@@ -13,7 +13,7 @@ from dash import dcc, html
 from gpuwatch.model import Window
 from gpuwatch.service import low_coverage_warning
 from gpuwatch.ui import ids
-from gpuwatch.ui.data import Loaded, Outage, ViewStore, age_text, window_text
+from gpuwatch.ui.data import Loaded, Outage, View, ViewStore, age_text, window_text
 from gpuwatch.ui.filters import Filters, parse_query
 
 STORE_KEY = "GPUWATCH_VIEW_STORE"
@@ -248,15 +248,18 @@ def coverage_banner(report: Mapping[str, Any] | None) -> html.Div | None:
     )
 
 
-def loaded_banner(loaded: Loaded) -> html.Div | None:
+def banners(outage: Outage | None, view: View | None) -> html.Div | None:
     """The banners above a page: a failing source (stale data), and too little telemetry in the window."""
-    view = loaded.view
     shown = [
-        banner(loaded.outage, view.window if view else None, view.computed_at if view else None),
+        banner(outage, view.window if view else None, view.computed_at if view else None),
         coverage_banner(view.report if view else None),
     ]
     present = [b for b in shown if b is not None]
     return html.Div(present) if present else None
+
+
+def loaded_banner(loaded: Loaded) -> html.Div | None:
+    return banners(loaded.outage, loaded.view)
 
 
 def as_of(loaded: Loaded, filters: Filters) -> str:

@@ -7,7 +7,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import pandas as pd
@@ -390,14 +390,23 @@ class ViewStore:
     # -- windows and failures ------------------------------------------------------------------
 
     def window(self, filters: Filters) -> Window:
-        """The window the filters ask for: a custom [start, end), or a preset ending now (on its grid)."""
+        """The window the filters ask for: a custom [start, end), or a preset ending now (on its grid).
+
+        A window reaching before the sources' history (the simulated fleet's first day) starts there:
+        the days before it are not invented as empty capacity."""
         if filters.window == CUSTOM and filters.start and filters.end:
+            end = filters.end
             days = (filters.end - filters.start).total_seconds() / 86400
-            return self.service.window(days=days, end=filters.end)
-        grid = PRESET_GRID_SECONDS[filters.window]
-        now = self.service.now()
-        end = datetime.fromtimestamp(now.timestamp() // grid * grid, UTC)
-        return self.service.window(days=PRESETS[filters.window], end=end)
+        else:
+            grid = PRESET_GRID_SECONDS[filters.window]
+            now = self.service.now()
+            end = datetime.fromtimestamp(now.timestamp() // grid * grid, UTC)
+            days = PRESETS[filters.window]
+        first = self.service.history_start()
+        if first is not None:
+            end = max(end, first + timedelta(minutes=1))
+            days = min(days, (end - first).total_seconds() / 86400)
+        return self.service.window(days=days, end=end)
 
     @property
     def outage(self) -> Outage | None:

@@ -15,6 +15,7 @@ from gpuwatch.model import (
     RESOURCE_GPU,
     RESOURCE_GPU_SHARED,
     RESOURCE_MIG_PREFIX,
+    Allocation,
     Gpu,
     Namespace,
     Node,
@@ -259,6 +260,16 @@ DEMO_STREAMS: tuple[Stream, ...] = (
 )
 
 
+# The history `gpuwatch serve --demo` simulates: the longest window preset (30 days), the window before
+# it (the Teams page compares with it) and a day for the presets' grid.
+DEMO_HISTORY_DAYS = 61.0
+
+
+def demo_end() -> datetime:
+    """The demo fleet's "now": the current hour (UTC)."""
+    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+
+
 def build_demo_fleet(
     *,
     seed: int = 42,
@@ -272,7 +283,7 @@ def build_demo_fleet(
     `end` defaults to the current hour (UTC); pass it explicitly for a reproducible fleet.
     """
     if end is None:
-        end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        end = demo_end()
     window = Window(start=end - timedelta(days=days), end=end, step_seconds=step_seconds)
     base_gpus = sum(p.nodes * p.gpus_per_node for p in DEMO_POOLS)
     scale = 1.0 if gpus is None else gpus / base_gpus
@@ -296,7 +307,8 @@ def simulate(
     pool_of_prefix = {p.name_prefix: p for p in pools}
     requests = _generate_requests(rng, window, streams)
     pods, allocations, archetypes = _schedule(seed, window, nodes, gpus, pool_of_prefix, requests)
-    pods += _pending_demo_pods(window, nodes)
+    pods, allocations = _leave_holes(window, nodes, pods, allocations, prefix=HOLES_POOL)
+    pods += _pending_demo_pods(window, nodes, allocations)
     targets = _exporter_targets(seed, nodes)
     pods += _exporter_pods(window, targets)
     gaps = _telemetry_gaps(window, nodes)
@@ -424,14 +436,21 @@ def _inject_node_faults(nodes: list[Node], window: Window) -> list[Node]:
     return out
 
 
-def _pending_demo_pods(window: Window, nodes: Sequence[Node]) -> list[Pod]:
-    """Pods pending at `now`: an 8-GPU H100 job (blocked by holes) and a 4-GPU L4 job (capacity)."""
-    out = []
+def _pending_demo_pods(window: Window, nodes: Sequence[Node], allocations: Sequence[Allocation]) -> list[Pod]:
+    """Pods pending at `now`: an 8-GPU H100 job and a 4-GPU L4 job that no pool has room for
+    (capacity), and a job that the pool's free GPUs would fit in total but no single node
+    (fragmentation, SPEC §3): one GPU more than the largest free block of the first whole-GPU pool
+    whose free GPUs are spread over several schedulable nodes at the last sample."""
     specs = [
         ("llm-research", "pretrain-70b-0", "NVIDIA-H100-80GB-HBM3", 8, 5.0),
         ("search", "reindex-embed-0", "NVIDIA-L4", 4, 1.5),
     ]
+    holes = _fragmented_pool(window, nodes, allocations)
+    if holes is not None:
+        product, gpus = holes
+        specs.append(("vision", "finetune-vit-0", product, gpus, 2.5))
     products = {normalize_product(n.product) for n in nodes}
+    out = []
     for ns, name, product, qty, hours in specs:
         if product not in products:
             continue
@@ -450,45 +469,142 @@ def _pending_demo_pods(window: Window, nodes: Sequence[Node]) -> list[Pod]:
     return out
 
 
+# The pool where the demo shows free GPUs that no waiting pod can use: spread one by one over nodes.
+HOLES_POOL = "h100"
+
+
+def _free_at_end(
+    window: Window, nodes: Sequence[Node], allocations: Sequence[Allocation], prefix: str
+) -> dict[str, int]:
+    """Free whole GPUs per schedulable node of a pool at the window's last sample."""
+    last = window.end - timedelta(seconds=window.step_seconds)
+    held: dict[str, float] = {}
+    for a in allocations:
+        if a.start <= last and (a.end is None or a.end > last):
+            held[a.node] = held.get(a.node, 0.0) + a.ge
+    return {
+        n.name: round(n.allocatable.get(RESOURCE_GPU, 0.0) - held.get(n.name, 0.0))
+        for n in nodes
+        if n.name.startswith(f"gpu-{prefix}-") and n.ready and not n.unschedulable
+    }
+
+
+def _leave_holes(
+    window: Window, nodes: Sequence[Node], pods: list[Pod], allocations: list[Allocation], *, prefix: str
+) -> tuple[list[Pod], list[Allocation]]:
+    """Make sure the pool's free GPUs at `now` are spread over at least two schedulable nodes (SPEC §3
+    fragmentation): where they are not, the smallest pods on full nodes finish an hour before the end."""
+    finish = window.end - timedelta(hours=1)
+    by_pod: dict[tuple[str, str], list[Allocation]] = {}
+    for a in allocations:
+        by_pod.setdefault((a.namespace, a.pod), []).append(a)
+    ended: set[tuple[str, str]] = set()
+    while True:
+        free = _free_at_end(window, nodes, allocations, prefix)
+        if len(free) < 2 or sum(1 for f in free.values() if f > 0) >= 2:
+            break  # one schedulable node cannot be fragmented; or it is already
+        full = {name for name, f in free.items() if f == 0}
+        # The smallest pod still running on a full node, that started before the hour it ends at.
+        candidates = sorted(
+            (len(held), key)
+            for key, held in by_pod.items()
+            if key not in ended
+            and {a.node for a in held} <= full
+            and all(a.start < finish and a.end is None for a in held)
+        )
+        if not candidates:
+            break  # a pool too small or too idle to show holes
+        key = candidates[0][1]
+        ended.add(key)
+        closing = {id(a) for a in by_pod[key]}
+        allocations = [replace(a, end=finish) if id(a) in closing else a for a in allocations]
+        by_pod[key] = [replace(a, end=finish) for a in by_pod[key]]
+    if ended:
+        pods = [
+            replace(p, phase="Succeeded", finished_at=finish) if (p.namespace, p.name) in ended else p
+            for p in pods
+        ]
+    return pods, allocations
+
+
+def _fragmented_pool(
+    window: Window, nodes: Sequence[Node], allocations: Sequence[Allocation]
+) -> tuple[str, int] | None:
+    """(product, GPUs) of a request blocked by fragmentation at the window's last sample, if any pool has
+    one: HOLES_POOL first, then the other whole-GPU pools in DEMO_POOLS order."""
+    specs = sorted(DEMO_POOLS, key=lambda spec: spec.name_prefix != HOLES_POOL)
+    for spec in specs:
+        if spec.mig_layout or spec.replicas > 1:
+            continue
+        free = [f for f in _free_at_end(window, nodes, allocations, spec.name_prefix).values() if f > 0]
+        if len(free) > 1:
+            return normalize_product(spec.product), max(free) + 1
+    return None
+
+
+def _recent(window: Window, fraction: float, at_most: timedelta) -> datetime:
+    """A moment `fraction` into the window, but no longer than `at_most` before its end: a long demo
+    history keeps its events within the default windows (24 h for heat and the gap)."""
+    return max(window.start + (window.end - window.start) * fraction, window.end - at_most)
+
+
 def _telemetry_gaps(window: Window, nodes: Sequence[Node]) -> list[TelemetryGap]:
-    """NotReady nodes serve nothing; one L4 node's exporter is down for 2 h mid-window."""
+    """NotReady nodes serve nothing; one L4 node's exporter is down for 2 h mid-window (at most 14 h ago)."""
     gaps = [TelemetryGap(node=n.name, start=window.start, end=window.end) for n in nodes if not n.ready]
     l4 = [n.name for n in nodes if n.name.startswith("gpu-l4-")]
     if len(l4) >= 2:
-        mid = window.start + (window.end - window.start) / 2
-        gaps.append(TelemetryGap(node=l4[1], start=mid, end=mid + timedelta(hours=2)))
+        begin = _recent(window, 0.5, timedelta(hours=14))
+        gaps.append(TelemetryGap(node=l4[1], start=begin, end=begin + timedelta(hours=2)))
     return gaps
 
 
 def _health_events(window: Window, nodes: Sequence[Node], gpus: Sequence[Gpu]) -> list[HealthEvent]:
-    """XID 79 on the hidden H100 GPU, app XID 13, a row-remap failure, and a GPU running hot."""
-    span = window.end - window.start
+    """XID 79 on the hidden H100 GPU, app XID 13, a row-remap failure, and a GPU running hot (above the
+    85 °C alert threshold until now)."""
     events = []
     hidden = [n for n in nodes if n.allocatable.get(RESOURCE_GPU, 0) < n.capacity.get(RESOURCE_GPU, 0)]
     whole = {n.name: [g for g in gpus if g.node == n.name and not g.mig_profile] for n in nodes}
     if hidden:
         g = whole[hidden[0].name][-1]
         events.append(
-            HealthEvent(node=g.node, uuid=g.uuid, kind="xid", value=79, start=window.start + span * 0.1)
+            HealthEvent(
+                node=g.node, uuid=g.uuid, kind="xid", value=79, start=_recent(window, 0.1, timedelta(days=3))
+            )
         )
     a100 = [n.name for n in nodes if n.name.startswith("gpu-a100-") and n.ready and len(whole[n.name]) > 1]
     if a100:
         g = whole[a100[0]][1]
         events.append(
-            HealthEvent(node=g.node, uuid=g.uuid, kind="xid", value=13, start=window.start + span * 0.5)
+            HealthEvent(
+                node=g.node,
+                uuid=g.uuid,
+                kind="xid",
+                value=13,
+                start=_recent(window, 0.5, timedelta(hours=20)),
+            )
         )
     h100 = [n.name for n in nodes if n.name.startswith("gpu-h100-")]
     if len(h100) >= 2 and len(whole[h100[1]]) > 5:
         g = whole[h100[1]][5]
         events.append(
             HealthEvent(
-                node=g.node, uuid=g.uuid, kind="row_remap_failure", value=1, start=window.start + span * 0.8
+                node=g.node,
+                uuid=g.uuid,
+                kind="row_remap_failure",
+                value=1,
+                start=_recent(window, 0.8, timedelta(days=2)),
             )
         )
     l4 = [n.name for n in nodes if n.name.startswith("gpu-l4-")]
     if l4:
         g = whole[l4[0]][0]
         events.append(
-            HealthEvent(node=g.node, uuid=g.uuid, kind="hot", value=25.0, start=window.start + span * 0.6)
+            HealthEvent(
+                node=g.node,
+                uuid=g.uuid,
+                kind="hot",
+                value=89.0,
+                start=_recent(window, 0.6, timedelta(hours=12)),
+            )
         )
     return events

@@ -58,7 +58,7 @@ class HealthEvent:
     node: str
     uuid: str
     kind: str  # "xid" | "row_remap_failure" | "hot"
-    value: float
+    value: float  # the XID code; for "hot", the temperature (°C) the GPU runs at, give or take a degree
     start: datetime
 
 
@@ -304,7 +304,8 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     fb_used = fb_used * BYTES_PER_MIB
     power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + rng.normal(0, 1.0, (n_g, n_t)), 3)
     power = np.maximum(power, 1.0)
-    temp = np.round(32 + 45 * known_util + rng.normal(0, 0.7, (n_g, n_t))[:, cols])
+    temp_noise = rng.normal(0, 0.7, (n_g, n_t))[:, cols]
+    temp = np.round(32 + 45 * known_util + temp_noise)
     xid = np.zeros(temp.shape)
     remap = np.zeros(temp.shape)
     for ev in fleet.events:
@@ -315,8 +316,8 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
                 xid[r, after] = ev.value
             elif ev.kind == "row_remap_failure":
                 remap[r, after] = 1.0
-            else:
-                temp[r, after] += ev.value
+            else:  # a failing fan: the GPU runs at the event's temperature whatever its load
+                temp[r, after] = np.round(ev.value + temp_noise[r, after])
     # Whole-GPU fields repeat on every MIG instance of a GPU: draw once per physical GPU.
     first_of_uuid: dict[str, int] = {}
     for i, g in enumerate(fleet.gpus):

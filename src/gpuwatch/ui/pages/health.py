@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 from dash import Input, Output, callback, dcc, html
 
-from gpuwatch.service import HEALTH_COLUMNS
+from gpuwatch.service import HEALTH_COLUMNS, HOT_CELSIUS, gpu_rows, health_events, is_hot, xid_text
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
     Column,
     as_of,
-    banner,
+    banners,
     current_store,
     kpi,
     load,
@@ -27,26 +27,6 @@ from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters
 
 dash.register_page(__name__, path="/health", name="Fleet health", title="gpuwatch · Fleet health", order=1)
-
-HOT_CELSIUS = 80.0  # as the GPUHighTemperature alert: above a healthy GPU at full load, below slowdown
-# Hardware XIDs page an SRE; application XIDs are the workload's problem (alerts/gpu-health.rules.yml).
-HARDWARE_XIDS = {
-    48: "double-bit ECC error",
-    63: "row-remapping event",
-    64: "row-remapping failure",
-    74: "NVLink error",
-    79: "GPU fell off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-}
-APP_XIDS = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup",
-}
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
 def layout(**_query: str) -> html.Div:
@@ -75,7 +55,8 @@ def layout(**_query: str) -> html.Div:
                 ),
                 html.P(
                     "Last reported values per GPU (MIG GPUs: instances combined). Marked cells: XID, "
-                    "row-remap failure, hot (≥ 80 °C). Grey: no telemetry. Hover for the pods on the GPU.",
+                    f"row-remap failure, hot (above {HOT_CELSIUS:.0f} °C). Grey: no telemetry. Hover for "
+                    "the pods on the GPU.",
                     className="gw-muted gw-note",
                 ),
                 dcc.Loading(
@@ -93,44 +74,24 @@ def layout(**_query: str) -> html.Div:
     )
 
 
-def _xid_text(code: float) -> str:
-    xid = int(code)
-    if xid in HARDWARE_XIDS:
-        return f"XID {xid}: {HARDWARE_XIDS[xid]} (hardware)"
-    return f"XID {xid}: {APP_XIDS.get(xid, 'see NVIDIA XID catalog')} (application)"
-
-
 def gpu_table(view: View, health: pd.DataFrame) -> pd.DataFrame:
     """One row per physical GPU of the view's nodes (telemetry or not) with its health values and holders."""
     nodes = view.analysis.nodes
-    h = health[health["node"].isin(nodes["node"])]
-    holders = view.gpu_holders()
-    h = h.merge(holders, on=["uuid", "gpu_instance_id"], how="left")
-    known = h["util_ratio"].notna()
-    h = h.assign(
-        util_ge=(h["util_ratio"] * h["ge"]).where(known, 0.0),
-        known_ge=h["ge"].where(known, 0.0),
-        fb_total=h["fb_used_bytes"] + h["fb_free_bytes"],
-        holders=h["holders"].fillna(""),
+    units = health[health["node"].isin(nodes["node"])]
+    holders = units[["uuid", "gpu_instance_id"]].merge(
+        view.gpu_holders(), on=["uuid", "gpu_instance_id"], how="left"
     )
-    per_gpu = h.groupby(["node", "uuid"], as_index=False).agg(
-        gpu=("gpu_index", "first"),
-        util_ge=("util_ge", "sum"),
-        known_ge=("known_ge", "sum"),
-        temp_celsius=("temp_celsius", "max"),
-        power_watts=("power_watts", "max"),
-        fb_used_bytes=("fb_used_bytes", "sum"),
-        fb_total_bytes=("fb_total", "sum"),
-        xid_last=("xid_last", "max"),
-        row_remap_failure=("row_remap_failure", "max"),
-        units=("uuid", "size"),
-        holders=("holders", lambda s: ", ".join(sorted({p for v in s for p in v.split(", ") if p}))),
+    per_gpu = gpu_rows(units).merge(
+        holders.groupby("uuid", as_index=False).agg(
+            holders=(
+                "holders",
+                lambda s: ", ".join(sorted({p for v in s.dropna() for p in v.split(", ") if p})),
+            )
+        ),
+        on="uuid",
+        how="left",
     )
-    per_gpu["util_ratio"] = per_gpu["util_ge"] / per_gpu["known_ge"].where(per_gpu["known_ge"] > 0)
-    per_gpu["memory_ratio"] = per_gpu["fb_used_bytes"] / per_gpu["fb_total_bytes"].where(
-        per_gpu["fb_total_bytes"] > 0
-    )
-    per_gpu["gpu"] = pd.to_numeric(per_gpu["gpu"], errors="coerce")
+    per_gpu["holders"] = per_gpu["holders"].fillna("")
     # Every GPU slot of every node, so a node that reports nothing shows as a row of holes.
     slots = pd.DataFrame(
         [
@@ -157,7 +118,7 @@ def _cells(gpus: pd.DataFrame, metric: str) -> pd.DataFrame:
             marks.append(f"XID {int(r['xid_last'])}")
         if r["row_remap_failure"] and not np.isnan(r["row_remap_failure"]):
             marks.append("remap")
-        if r["temp_celsius"] >= HOT_CELSIUS:
+        if is_hot(r["temp_celsius"]):
             marks.append("hot")
         markers.append(" ".join(marks))
         title = f"<b>{r['node']} · GPU {r['gpu']:.0f}</b>"
@@ -171,7 +132,7 @@ def _cells(gpus: pd.DataFrame, metric: str) -> pd.DataFrame:
             f"{r['power_watts']:,.0f} W · memory {pct(r['memory_ratio'])}",
         ]
         if r["xid_last"] and not np.isnan(r["xid_last"]):
-            lines.append(_xid_text(r["xid_last"]))
+            lines.append(xid_text(r["xid_last"]))
         if r["row_remap_failure"]:
             lines.append("row-remap failure: memory unreliable until reset")
         lines.append(f"pods: {r['holders'] or 'none'}")
@@ -189,87 +150,10 @@ def _cells(gpus: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def events(view: View, gpus: pd.DataFrame) -> pd.DataFrame:
-    """Health events now: XIDs, row-remap failures, heat, NotReady/cordoned nodes, hidden GPUs, no data."""
-    rows: list[dict[str, Any]] = []
-    for r in records(gpus):
-        base = {
-            "node": r["node"],
-            "gpu": f"{r['gpu']:.0f}",
-            "uuid": "" if pd.isna(r["uuid"]) else r["uuid"],
-            "pods": r["holders"],
-        }
-        if r["xid_last"] and not np.isnan(r["xid_last"]):
-            hardware = int(r["xid_last"]) in HARDWARE_XIDS
-            rows.append(
-                {
-                    **base,
-                    "severity": "critical" if hardware else "info",
-                    "event": f"XID {int(r['xid_last'])}",
-                    "detail": _xid_text(r["xid_last"]),
-                }
-            )
-        if r["row_remap_failure"] and not np.isnan(r["row_remap_failure"]):
-            rows.append(
-                {
-                    **base,
-                    "severity": "critical",
-                    "event": "row-remap failure",
-                    "detail": "a failing memory row could not be remapped: reset the GPU, RMA if it persists",
-                }
-            )
-        if r["temp_celsius"] >= HOT_CELSIUS:
-            rows.append(
-                {
-                    **base,
-                    "severity": "warning",
-                    "event": "high temperature",
-                    "detail": f"{r['temp_celsius']:.0f} °C (threshold {HOT_CELSIUS:.0f} °C)",
-                }
-            )
-    reporting = set(gpus.loc[gpus["uuid"].notna(), "node"])
-    for n in records(view.analysis.nodes):
-        base = {"node": n["node"], "gpu": "", "uuid": "", "pods": ""}
-        if not n["ready"]:
-            rows.append(
-                {
-                    **base,
-                    "severity": "critical",
-                    "event": "node NotReady",
-                    "detail": f"{n['capacity_ge']:.0f} GPUs unavailable",
-                }
-            )
-        elif not n["schedulable"]:
-            rows.append(
-                {
-                    **base,
-                    "severity": "info",
-                    "event": "node cordoned",
-                    "detail": "free GPUs on it are stranded",
-                }
-            )
-        hidden = (round(n["capacity_ge"] - n["allocatable_ge"], 2), round(n["allocatable_ge"], 2))
-        if hidden[0] > 0:
-            rows.append(
-                {
-                    **base,
-                    "severity": "warning",
-                    "event": "GPUs not advertised",
-                    "detail": f"capacity {n['capacity_ge']:g}, allocatable {hidden[1]:g}: "
-                    f"the device plugin hides {hidden[0]:g}",
-                }
-            )
-        if n["capacity_ge"] > 0 and n["node"] not in reporting:
-            rows.append(
-                {
-                    **base,
-                    "severity": "warning",
-                    "event": "no telemetry",
-                    "detail": "no DCGM series in the last samples (exporter down or not scraped)",
-                }
-            )
-    frame = pd.DataFrame(rows, columns=["severity", "node", "gpu", "uuid", "event", "detail", "pods"])
-    order = frame["severity"].map(SEVERITY_ORDER)
-    return frame.assign(_o=order).sort_values(["_o", "node", "gpu"]).drop(columns="_o").reset_index(drop=True)
+    """Health events now (analytics.health.health_events) with the pods on each GPU."""
+    found = health_events(gpus[gpus["uuid"].notna()], view.analysis.nodes)
+    pods = dict(zip(gpus["uuid"], gpus["holders"], strict=True))
+    return found.assign(pods=[pods.get(u, "") if u else "" for u in found["uuid"]])
 
 
 EVENT_COLUMNS = [
@@ -372,7 +256,7 @@ def render(search: str | None, metric: str) -> tuple[Any, ...]:
     view = loaded.view
     timed = _health(loaded)
     outage = loaded.outage or (timed.outage if timed else None)
-    shown = banner(outage, view.window if view else None, view.computed_at if view else None)
+    shown = banners(outage, view)
     text = as_of(loaded, filters)
     if view is None or timed is None:
         return shown, text, figures.empty("no data yet"), None, None

@@ -1,0 +1,100 @@
+"""The demo fleet shows every state gpuwatch explains, in its own report and on its own pages.
+
+A pending pod blocked by fragmentation (and ones blocked by capacity), a GPU above the 85 °C alert
+threshold, idle-allocated workloads beside active ones, a telemetry gap whose GPU-hours are
+allocated_unknown; and a 30-day window that lies within the simulated history instead of counting the
+days before the fleet existed as unallocated capacity.
+"""
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpuwatch.service import FleetService
+from gpuwatch.ui import create_app
+from tests.integration.browser import browser_page, screenshot, settle, table_rows
+from tests.integration.ui_server import serve_app
+
+pytestmark = pytest.mark.integration
+WINDOWS = ("1d", "7d", "30d")
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict[str, Any]]:
+    """`gpuwatch report --demo --format json --since W` for each window, as a user runs it."""
+    out = {}
+    for since in WINDOWS:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpuwatch", "report", "--demo", "--format", "json", "--since", since],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr
+        out[since] = json.loads(done.stdout)
+    return out
+
+
+@pytest.mark.parametrize("since", WINDOWS)
+def test_the_demo_report_holds_every_state(reports: dict[str, dict[str, Any]], since: str) -> None:
+    report = reports[since]
+    blocked = {p["blocked_by"]: p for p in report["pending"]}
+    assert {"fragmentation", "capacity"} <= set(blocked)
+    holes = blocked["fragmentation"]
+    pool = next(p for p in report["pools"] if p["pool"] == holes["pool"])
+    # Fragmentation: the request is larger than any node's free block, not than the pool's free GPUs.
+    assert holes["gpus"] > pool["largest_free_block"]
+    hot = [h for h in report["health"] if h["kind"] == "high_temperature"]
+    assert len(hot) == 1 and hot[0]["value"] > 85 and hot[0]["severity"] == "warning"
+    idle = [w for w in report["workloads"] if w["idle_since"] is not None and w["idle_gpu_hours"] > 0]
+    active = [w for w in report["workloads"] if w["used_gpu_hours"] > 0.5 * w["allocated_gpu_hours"] > 0]
+    assert len(idle) >= 3 and len(active) >= 3
+    ledger = report["fleet"]["ledger_gpu_hours"]
+    assert ledger["allocated_idle"] > 0 and ledger["allocated_active"] > 0
+    # The L4 exporter's two-hour gap: its pods' GPU-hours are unknown, never active or idle.
+    assert 0 < ledger["allocated_unknown"] < 0.01 * report["fleet"]["allocated_gpu_hours"]
+    coverage = report["coverage"]
+    assert 0.99 * coverage["gpu_samples_expected"] < coverage["gpu_samples_present"]
+    assert coverage["gpu_samples_present"] < coverage["gpu_samples_expected"]
+
+
+def test_the_30_day_window_invents_no_unallocated_days(reports: dict[str, dict[str, Any]]) -> None:
+    def unallocated_share(report: dict[str, Any]) -> float:
+        fleet = report["fleet"]
+        return float(fleet["ledger_gpu_hours"]["unallocated"] / fleet["capacity_gpu_hours"])
+
+    month, week = reports["30d"], reports["7d"]
+    # A fleet that existed the whole month is about as free over the month as over its last week
+    # (counting the days before a 7-day history as unallocated made it 70 % unallocated).
+    assert abs(unallocated_share(month) - unallocated_share(week)) < 0.1
+    assert month["fleet"]["capacity_gpu_hours"] == pytest.approx(80 * 24 * 30)
+    assert not any(w.startswith("telemetry covers only") for w in month["coverage"]["warnings"])
+
+
+@pytest.fixture(scope="module")
+def demo_url() -> Iterator[str]:
+    with serve_app(create_app(FleetService.demo())) as url:
+        yield url
+
+
+def test_the_pages_show_the_hot_gpu_and_the_fragmented_pool(demo_url: str) -> None:
+    with browser_page(1440, 1000) as (page, errors):
+        page.goto(f"{demo_url}/health")
+        page.wait_for_selector("#table-health-events tbody tr", timeout=180_000)
+        settle(page)
+        hot = [r for r in table_rows(page, "health-events") if r["event"] == "high temperature"]
+        assert len(hot) == 1 and hot[0]["severity"] == "warning"
+        assert hot[0]["detail"].startswith(("88 °C", "89 °C", "90 °C"))
+        screenshot(page, "demo-health-hot-gpu")
+        page.goto(f"{demo_url}/capacity")
+        page.wait_for_selector("#table-capacity-pending tbody tr", timeout=180_000)
+        settle(page)
+        pending = {r["pod"]: r for r in table_rows(page, "capacity-pending")}
+        assert pending["finetune-vit-0"]["blocked_by"] == "fragmentation"
+        assert pending["pretrain-70b-0"]["blocked_by"] == "capacity"
+        screenshot(page, "demo-capacity-fragmentation")
+        assert not errors, errors
