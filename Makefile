@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEBIAN_KUBECTL := $(VENV)/kubernetes-client/usr/bin/kubectl
 
 .PHONY: demo test install test-deps lint typecheck unit bench clean
 
@@ -16,14 +17,28 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# make demo PORT=8051 HOST=0.0.0.0 serves elsewhere.
+HOST ?= 127.0.0.1
+PORT ?= 8050
 demo: install
-	$(BIN)/gpuwatch serve --demo --host 127.0.0.1 --port 8050
+	$(BIN)/gpuwatch serve --demo --host $(HOST) --port $(PORT)
 
-# Debian packages the integration tests drive for real: Prometheus/promtool and headless Chromium.
-test-deps:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v chromium >/dev/null || { \
+# Debian packages the integration tests drive for real: Prometheus/promtool, headless Chromium, kubectl.
+test-deps: $(DEBIAN_KUBECTL)
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v chromium >/dev/null \
+	  && command -v kubectl >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus chromium; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus chromium \
+	    $$(command -v kubectl >/dev/null || echo kubernetes-client); }
+
+# Debian's kubectl (kubernetes-client) unpacked beside whatever kubectl the machine has, so the kubectl
+# tests run against it as well as against a current one (the packages conflict: both own /usr/bin/kubectl).
+$(DEBIAN_KUBECTL): | $(BIN)/python
+	mkdir -p $(VENV)/kubernetes-client
+	cd $(VENV)/kubernetes-client && { apt-get download kubernetes-client 2>/dev/null \
+	  || { $(SUDO) apt-get update -qq && apt-get download kubernetes-client; }; } \
+	  && dpkg-deb -x kubernetes-client_*.deb . && rm -f kubernetes-client_*.deb
+	test -x $@
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks app.py
@@ -33,7 +48,7 @@ typecheck: install
 	$(BIN)/mypy
 
 test: install test-deps lint typecheck rules
-	$(BIN)/python -m pytest
+	GPUWATCH_TEST_KUBECTL=$(abspath $(DEBIAN_KUBECTL)) $(BIN)/python -m pytest
 
 # Prometheus rules: syntax (promtool check) and unit tests (promtool test), alerts/tests/*.yml.
 .PHONY: rules prometheusrule

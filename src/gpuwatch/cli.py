@@ -145,11 +145,26 @@ def _parser() -> argparse.ArgumentParser:
     metrics.add_argument("--port", type=int, default=9400)
     metrics.set_defaults(handler=_cmd_metrics)
 
-    kube = sim_sub.add_parser("kube-api", parents=[fleet_args], help="serve Kubernetes API list endpoints")
+    kube = sim_sub.add_parser(
+        "kube-api",
+        parents=[fleet_args],
+        help="serve the Kubernetes API (HTTPS) for kubectl and gpuwatch",
+        description="The simulated cluster's Kubernetes API over HTTPS, with a certificate from a CA made "
+        "at start: --write-kubeconfig writes the CA and the token, so kubectl and gpuwatch verify it.",
+    )
     kube.add_argument("--host", default="127.0.0.1")
     kube.add_argument("--port", type=int, default=6443)
-    kube.add_argument("--token", default="gpuwatch-sim-token", help="bearer token clients must send")
-    kube.add_argument("--write-kubeconfig", metavar="PATH", help="write a kubeconfig pointing at the server")
+    auth = kube.add_mutually_exclusive_group()
+    auth.add_argument("--token", default="gpuwatch-sim-token", help="bearer token clients must send")
+    auth.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="plain http without a token, as `kubectl proxy` serves (over https, kubectl prompts for a "
+        "user name when the kubeconfig holds no credentials)",
+    )
+    kube.add_argument(
+        "--write-kubeconfig", metavar="PATH", help="write a kubeconfig (server, CA, token) for the server"
+    )
     kube.set_defaults(handler=_cmd_kube_api)
 
     replay = sim_sub.add_parser("replay", help="replay an Alibaba openb node/pod trace (Weng et al., ATC'23)")
@@ -215,11 +230,13 @@ def _sim_params(args: argparse.Namespace) -> "SimulationParams":
     )
 
 
-def _service(args: argparse.Namespace, *, history_days: float | None = None) -> "FleetService":
+def _service(
+    args: argparse.Namespace, *, history_days: float | None = None, settings: Settings | None = None
+) -> "FleetService":
     """The live service, or with --demo the simulated fleet (its history at least `history_days` long)."""
     from gpuwatch.service import DEMO_HISTORY_DAYS, FleetService
 
-    settings = _settings(args)
+    settings = settings or _settings(args)
     if getattr(args, "demo", False):
         return FleetService.demo(settings, history_days=max(DEMO_HISTORY_DAYS, history_days or 0.0))
     return FleetService.live(settings)
@@ -240,14 +257,22 @@ def _report_window(args: argparse.Namespace, now: datetime) -> "Window":
     return Window(start=start, end=end, step_seconds=args.step).coarsened()
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from gpuwatch.ui import create_app
+GUNICORN_HINT = "for production, run it under gunicorn: gunicorn -c gunicorn.conf.py app:server"
 
-    service = _service(args)
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from gpuwatch.ui import Listener, create_app
+
+    settings = _settings(args)  # a bad config is reported before anything else
+    try:  # bound before the fleet is read: a port in use fails at once, the address is announced once served
+        listener = Listener(args.host, args.port)
+    except OSError as e:
+        raise ConfigError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from e
+    service = _service(args, settings=settings)
     app = create_app(service, auth_file=args.auth_file)
     what = "the simulated fleet" if args.demo else service.settings.prometheus.url
-    print(f"gpuwatch: serving {what} on http://{args.host}:{args.port}/", file=sys.stderr)
-    app.run(host=args.host, port=args.port, debug=False)
+    print(f"gpuwatch: serving {what} on {listener.url} ({GUNICORN_HINT})", file=sys.stderr, flush=True)
+    listener.serve(app)
     return EXIT_OK
 
 
@@ -379,8 +404,9 @@ def _cmd_kube_api(args: argparse.Namespace) -> int:
         _sim_params(args),
         host=args.host,
         port=args.port,
-        token=args.token,
+        token=None if args.no_auth else args.token,
         kubeconfig_path=args.write_kubeconfig,
+        tls=not args.no_auth,
     )
     print(f"gpuwatch: Kubernetes API on {server.url}", file=sys.stderr)
     if args.write_kubeconfig:

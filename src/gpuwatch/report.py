@@ -49,12 +49,8 @@ def render(report: Report, fmt: str, *, group_by: str = "team", source: str = ""
     """
     if fmt == "json":
         return (json.dumps(report, indent=2, allow_nan=False, default=_json_default) + "\n").encode()
-    if fmt == "csv":
-        return _frame(report, group_by).to_csv(index=False).encode()
-    if fmt == "parquet":
-        buffer = io.BytesIO()
-        _frame(report, group_by).to_parquet(buffer, index=False)
-        return buffer.getvalue()
+    if fmt in ("csv", "parquet"):
+        return frame_bytes(showback(report, group_by), fmt)
     if fmt == "table":
         return render_table(report, group_by=group_by, source=source).encode()
     if fmt == "html":
@@ -66,12 +62,74 @@ def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-def _frame(report: Report, group_by: str) -> pd.DataFrame:
+CURRENCY = "USD"
+# Decimals a number means, by column: GPU-hours to the thousandth (a MIG slice-minute is 0.0024), money to
+# the cent, a price per GPU-hour to the hundredth of a cent (a time-sliced T4 replica costs $0.0875),
+# ratios to the hundredth of a percent, GPU counts to the thousandth (a MIG instance is 1/7).
+_DECIMALS_BY_SUFFIX = (("_gpu_hours", 3), ("usd_per_gpu_hour", 4), ("_usd", 2), ("_ratio", 4), ("_ge", 3))
+_DECIMALS_BY_NAME = {
+    "efficiency": 4,
+    "allocation_rate": 4,
+    "utilization": 4,
+    "coverage": 4,
+    "gpus": 3,
+    "largest_free_block": 3,
+}
+
+
+def rounded(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame's numbers rounded to what they mean (by column name, see _DECIMALS_BY_SUFFIX): what
+    downloads and showback files carry. Unknown (NaN) stays unknown."""
+    out = frame.copy()
+    for column in out.columns:
+        if not pd.api.types.is_float_dtype(out[column]):
+            continue
+        name = str(column)
+        decimals = _DECIMALS_BY_NAME.get(name) or next(
+            (d for suffix, d in _DECIMALS_BY_SUFFIX if name.endswith(suffix)), None
+        )
+        if decimals is not None:
+            out[column] = out[column].round(decimals)
+    return out
+
+
+def showback(report: Report, group_by: str) -> pd.DataFrame:
+    """One group of the report as a showback table: every row carries the window, the price per
+    GPU-hour it was charged at and the currency, numbers rounded to what they mean.
+
+    usd_per_gpu_hour: the pool's price for pool and workload rows; for team and namespace rows, which
+    span pools, the effective rate cost_usd / allocated_gpu_hours (empty when nothing was allocated).
+    """
     rows = group_rows(report, group_by)
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return pd.DataFrame(columns=_COLUMNS[group_by])
-    return frame[_COLUMNS[group_by]]
+    frame = pd.DataFrame(rows, columns=_COLUMNS[group_by])
+    for column in frame.columns:
+        if column in ("gpus", "nodes", "pods"):
+            continue
+        if frame[column].map(lambda v: v is None or isinstance(v, float | int)).all() and len(frame):
+            frame[column] = frame[column].astype("float64")
+    if "usd_per_gpu_hour" not in frame.columns:
+        if group_by == "workload":
+            prices = {p["pool"]: p.get("usd_per_gpu_hour") for p in report["pools"]}
+            rate = frame["pool"].map(prices)
+        else:
+            allocated = frame["allocated_gpu_hours"].astype("float64")
+            rate = frame["cost_usd"].astype("float64") / allocated.where(allocated > 0)
+        frame["usd_per_gpu_hour"] = pd.to_numeric(rate, errors="coerce").astype("float64")
+    frame.insert(0, "window_end", report["window"]["end"])
+    frame.insert(0, "window_start", report["window"]["start"])
+    frame["currency"] = CURRENCY
+    return rounded(frame)
+
+
+def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
+    """A table as a CSV or Parquet file."""
+    if fmt == "csv":
+        return frame.to_csv(index=False).encode()
+    if fmt == "parquet":
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        return buffer.getvalue()
+    raise ConfigError(f"a table downloads as csv or parquet, not {fmt!r}")
 
 
 _USAGE = [

@@ -26,7 +26,7 @@ from gpuwatch.analytics.health import is_hot as is_hot
 from gpuwatch.analytics.health import xid_text as xid_text
 from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
-from gpuwatch.config import Settings
+from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, PrometheusError, SourceError
 from gpuwatch.model import ALLOCATED_STATES, PriceBook, TeamRules, Window, ge_per_unit, normalize_product
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
@@ -172,6 +172,13 @@ class FleetService:
         fleet = fleet or build_demo_fleet(days=history_days)
         return cls(settings=demo_settings(settings), sources=SimulatedSources(fleet))
 
+    @classmethod
+    def from_environment(cls) -> "FleetService":
+        """The fleet the GPUWATCH_* settings (or GPUWATCH_CONFIG's file) name: live when they give a
+        Prometheus URL, else the simulated one (`gunicorn app:server` runs either)."""
+        settings = load_settings()
+        return cls.live(settings) if settings.prometheus.url else cls.demo(settings)
+
     def history_start(self) -> datetime | None:
         """Where the sources' history begins, when they know (the simulated fleet's first sample)."""
         return self.sources.history_start()
@@ -287,15 +294,29 @@ def serve_simulated_metrics(params: SimulationParams, *, host: str, port: int) -
 
 
 def serve_simulated_kube_api(
-    params: SimulationParams, *, host: str, port: int, token: str | None, kubeconfig_path: str | None
+    params: SimulationParams,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    kubeconfig_path: str | None,
+    tls: bool = True,
 ) -> "Closable":
-    """Serve the fleet's Kubernetes API list endpoints until closed; optionally write a kubeconfig."""
-    from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+    """Serve the fleet's Kubernetes API until closed: over HTTPS with a CA made at start (tls=False: plain
+    http), wanting the bearer `token` (None: anyone); optionally write a kubeconfig (URL, CA, token)."""
+    from gpuwatch.sources.simulated.kubeapi import KubeApiServer
 
-    server = KubeApiServer(params.build(), host=host, port=port, token=token)
-    server.start()
+    server = KubeApiServer(params.build(), host=host, port=port, token=token, tls=tls)
+    try:
+        server.start()
+    except OSError as e:
+        raise ConfigError(f"cannot serve the Kubernetes API on {host}:{port}: {e.strerror or e}") from e
     if kubeconfig_path:
-        write_kubeconfig(kubeconfig_path, server_url=server.url, token=token)
+        try:
+            server.write_kubeconfig(kubeconfig_path)
+        except OSError as e:
+            server.close()
+            raise ConfigError(f"cannot write the kubeconfig {kubeconfig_path}: {e.strerror or e}") from e
     return server
 
 

@@ -70,5 +70,5 @@ def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) 
     token = "integration-token"
     with KubeApiServer(fleet, token=token) as server:
         path = tmp_path_factory.mktemp("kube") / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=token)
+        write_kubeconfig(path, server_url=server.url, token=token, ca_pem=server.ca_pem)
         yield str(path)

@@ -47,7 +47,7 @@ def test_check_reports_discovery_rbac_and_coverage(
 def test_check_exits_nonzero_with_one_line_per_problem(fleet: SimulatedFleet, tmp_path: Path) -> None:
     with KubeApiServer(fleet, token=TOKEN, forbidden=["nodes", "resourcequotas"]) as server:
         path = tmp_path / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        write_kubeconfig(path, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
         result = subprocess.run(
             [
                 sys.executable,

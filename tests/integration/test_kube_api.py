@@ -1,7 +1,10 @@
 """The simulated Kubernetes API server, driven by the official kubernetes client as gpuwatch drives it."""
 
+import base64
 import json
 import os
+import re
+import ssl
 import stat
 import urllib.error
 import urllib.request
@@ -25,6 +28,8 @@ from gpuwatch.sources.simulated.kubeapi import (
     pod_object,
     write_kubeconfig,
 )
+from gpuwatch.sources.simulated.kubeobjects import KUBELET_VERSION
+from gpuwatch.sources.simulated.kubetables import human_duration
 
 pytestmark = pytest.mark.integration
 
@@ -42,15 +47,16 @@ def server(fleet: SimulatedFleet) -> Iterator[KubeApiServer]:
         yield srv
 
 
-def api_client(tmp_path: Path, url: str, token: str | None) -> client.ApiClient:
-    path = tmp_path / f"kubeconfig-{abs(hash((url, token)))}"
-    write_kubeconfig(path, server_url=url, token=token, context=CONTEXT)
+def api_client(tmp_path: Path, server: KubeApiServer, token: str | None) -> client.ApiClient:
+    """The official client from a kubeconfig holding the server's CA: TLS verified as in production."""
+    path = tmp_path / f"kubeconfig-{abs(hash((server.url, token)))}"
+    write_kubeconfig(path, server_url=server.url, token=token, ca_pem=server.ca_pem, context=CONTEXT)
     return config.new_client_from_config(config_file=str(path), context=CONTEXT)
 
 
 @pytest.fixture
 def core(tmp_path: Path, server: KubeApiServer) -> Iterator[client.CoreV1Api]:
-    api = api_client(tmp_path, server.url, server.token)
+    api = api_client(tmp_path, server, server.token)
     yield client.CoreV1Api(api)
     api.close()
 
@@ -69,12 +75,24 @@ def list_all(call: Callable[..., Any], *, limit: int = 3, **kwargs: Any) -> tupl
             return items, metas
 
 
-def raw_get(url: str, token: str | None = DEFAULT_TOKEN, method: str = "GET") -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(url, method=method)
+def raw_get(
+    server: KubeApiServer,
+    path: str,
+    token: str | None = DEFAULT_TOKEN,
+    method: str = "GET",
+    accept: str | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """One request to the server as any HTTPS client sends it, trusting the server's CA only."""
+    request = urllib.request.Request(server.url + path, method=method)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
+    if accept is not None:
+        request.add_header("Accept", accept)
+    assert server.certificate is not None
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(
+            request, timeout=10, context=server.certificate.client_context()
+        ) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
@@ -235,7 +253,7 @@ def test_label_selectors(fleet: SimulatedFleet, core: client.CoreV1Api) -> None:
 
 def test_stale_continue_token_answers_410_expired(fleet: SimulatedFleet, tmp_path: Path) -> None:
     with KubeApiServer(fleet) as srv:
-        api = api_client(tmp_path, srv.url, srv.token)
+        api = api_client(tmp_path, srv, srv.token)
         core = client.CoreV1Api(api)
         first = core.list_pod_for_all_namespaces(limit=3)
         assert first.metadata.var_continue
@@ -261,7 +279,7 @@ def test_stale_continue_token_answers_410_expired(fleet: SimulatedFleet, tmp_pat
 def test_continue_tokens_expire_after_their_ttl(fleet: SimulatedFleet, tmp_path: Path) -> None:
     now = [1000.0]
     with KubeApiServer(fleet, continue_ttl_seconds=300, clock=lambda: now[0]) as srv:
-        api = api_client(tmp_path, srv.url, srv.token)
+        api = api_client(tmp_path, srv, srv.token)
         core = client.CoreV1Api(api)
         page = core.list_node(limit=5)
         now[0] += 299
@@ -276,15 +294,15 @@ def test_continue_tokens_expire_after_their_ttl(fleet: SimulatedFleet, tmp_path:
 
 
 def test_malformed_continue_token_and_limit_are_400(server: KubeApiServer) -> None:
-    code, body = raw_get(f"{server.url}/api/v1/pods?limit=3&continue=not-a-token")
+    code, body = raw_get(server, "/api/v1/pods?limit=3&continue=not-a-token")
     assert code == 400
     assert_status(body, 400, "BadRequest")
-    code, body = raw_get(f"{server.url}/api/v1/pods?limit=three")
+    code, body = raw_get(server, "/api/v1/pods?limit=three")
     assert code == 400
     assert_status(body, 400, "BadRequest")
     # A token only continues the list it was issued for.
-    _, first = raw_get(f"{server.url}/api/v1/pods?limit=3")
-    code, body = raw_get(f"{server.url}/api/v1/nodes?limit=3&continue={first['metadata']['continue']}")
+    _, first = raw_get(server, "/api/v1/pods?limit=3")
+    code, body = raw_get(server, f"/api/v1/nodes?limit=3&continue={first['metadata']['continue']}")
     assert code == 400
 
 
@@ -294,23 +312,23 @@ def test_malformed_continue_token_and_limit_are_400(server: KubeApiServer) -> No
 
 def test_missing_or_wrong_token_is_401(tmp_path: Path, server: KubeApiServer) -> None:
     for token in (None, "not-the-token"):
-        api = api_client(tmp_path, server.url, token)
+        api = api_client(tmp_path, server, token)
         with pytest.raises(ApiException) as err:
             client.CoreV1Api(api).list_pod_for_all_namespaces(limit=3)
         assert err.value.status == 401
         assert_status(json.loads(err.value.body), 401, "Unauthorized")
         api.close()
-    code, body = raw_get(f"{server.url}/api/v1/nodes", token=None)
+    code, body = raw_get(server, "/api/v1/nodes", token=None)
     assert code == 401
     assert_status(body, 401, "Unauthorized")
     # Anonymous callers may read /version (system:public-info-viewer); a bad token may not.
-    assert raw_get(f"{server.url}/version", token=None)[0] == 200
-    assert raw_get(f"{server.url}/version", token="bad")[0] == 401
+    assert raw_get(server, "/version", token=None)[0] == 200
+    assert raw_get(server, "/version", token="bad")[0] == 401
 
 
 def test_server_without_token_accepts_anonymous(fleet: SimulatedFleet, tmp_path: Path) -> None:
     with KubeApiServer(fleet, token=None) as srv:
-        api = api_client(tmp_path, srv.url, None)
+        api = api_client(tmp_path, srv, None)
         nodes = client.CoreV1Api(api).list_node().items
         assert len(nodes) == len(fleet.nodes)
         api.close()
@@ -318,7 +336,7 @@ def test_server_without_token_accepts_anonymous(fleet: SimulatedFleet, tmp_path:
 
 def test_forbidden_resource_is_403_with_the_real_message(fleet: SimulatedFleet, tmp_path: Path) -> None:
     with KubeApiServer(fleet, forbidden={"nodes", "resourcequotas"}) as srv:
-        api = api_client(tmp_path, srv.url, srv.token)
+        api = api_client(tmp_path, srv, srv.token)
         core = client.CoreV1Api(api)
         with pytest.raises(ApiException) as err:
             core.list_node(limit=3)
@@ -448,7 +466,7 @@ def test_single_gets_and_not_found(fleet: SimulatedFleet, core: client.CoreV1Api
 
 
 def test_version_and_discovery(server: KubeApiServer, tmp_path: Path) -> None:
-    api = api_client(tmp_path, server.url, server.token)
+    api = api_client(tmp_path, server, server.token)
     info = client.VersionApi(api).get_code()
     assert (info.major, info.platform) == ("1", "linux/amd64")
     assert info.git_version.startswith("v1.")
@@ -466,10 +484,10 @@ def test_version_and_discovery(server: KubeApiServer, tmp_path: Path) -> None:
 
 def test_unknown_paths_and_writes_are_status_errors(server: KubeApiServer) -> None:
     for path in ("/api/v1/secrets", "/api/v1/pods/some-pod", "/apis/apps/v1/deployments", "/nope"):
-        code, body = raw_get(server.url + path)
+        code, body = raw_get(server, path)
         assert code == 404, path
         assert_status(body, 404, "NotFound")
-    code, body = raw_get(f"{server.url}/api/v1/namespaces/vision/pods/x", method="DELETE")
+    code, body = raw_get(server, "/api/v1/namespaces/vision/pods/x", method="DELETE")
     assert code == 405
     assert_status(body, 405, "MethodNotAllowed")
     assert ("DELETE", "/api/v1/namespaces/vision/pods/x", 405) in server.request_log
@@ -477,7 +495,7 @@ def test_unknown_paths_and_writes_are_status_errors(server: KubeApiServer) -> No
 
 def test_load_kube_config_with_explicit_configuration(server: KubeApiServer, tmp_path: Path) -> None:
     path = tmp_path / "config"
-    write_kubeconfig(path, server_url=server.url, token=server.token, context="sim", namespace="vision")
+    server.write_kubeconfig(path, context="sim", namespace="vision")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     doc = yaml.safe_load(path.read_text())
     assert doc["current-context"] == "sim"
@@ -495,7 +513,7 @@ def test_load_kube_config_with_explicit_configuration(server: KubeApiServer, tmp
 def test_server_stops_on_close(fleet: SimulatedFleet, tmp_path: Path) -> None:
     srv = KubeApiServer(fleet).start()
     url = srv.url
-    api = api_client(tmp_path, url, srv.token)
+    api = api_client(tmp_path, srv, srv.token)
     core = client.CoreV1Api(api)
     assert core.list_node(_request_timeout=5).items  # leaves a kept-alive connection in the pool
     srv.close()
@@ -516,19 +534,19 @@ def test_extra_pods_are_served_as_is(fleet: SimulatedFleet, tmp_path: Path) -> N
         "requests": {"nvidia.com/gpu": "abc"},
     }
     with KubeApiServer(fleet, extra_pods=[bad]) as srv:
-        code, body = raw_get(f"{srv.url}/api/v1/pods")
+        code, body = raw_get(srv, "/api/v1/pods")
         assert code == 200
         assert len(body["items"]) == len(fleet.api_pods()) + 1
         served = body["items"][-1]
         assert served["metadata"]["name"] == "bad-quantity"
         assert served["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "abc"}
 
-        code, one = raw_get(f"{srv.url}/api/v1/namespaces/{base.namespace}/pods/bad-quantity")
+        code, one = raw_get(srv, f"/api/v1/namespaces/{base.namespace}/pods/bad-quantity")
         assert code == 200
         assert one["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "abc"
 
         # The official client passes the malformed quantity through as the string it is.
-        api = api_client(tmp_path, srv.url, srv.token)
+        api = api_client(tmp_path, srv, srv.token)
         pods = client.CoreV1Api(api).list_namespaced_pod(
             base.namespace, field_selector="metadata.name=bad-quantity"
         )
@@ -548,3 +566,184 @@ def test_list_items_are_strict_models_with_required_fields(core: client.CoreV1Ap
     assert isinstance(core.list_node(), client.V1NodeList)
     assert isinstance(core.list_namespace(), client.V1NamespaceList)
     assert isinstance(core.list_resource_quota_for_all_namespaces(), client.V1ResourceQuotaList)
+
+
+# ---------------------------------------------------------------------------------------------
+# TLS, and the Table form kubectl asks for
+
+KUBECTL_ACCEPT = (  # what `kubectl get` sends (1.20 and 1.32 alike)
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,"
+    "application/json"
+)
+
+
+def test_tls_is_verified_against_the_generated_ca(server: KubeApiServer, tmp_path: Path) -> None:
+    assert server.url.startswith("https://")
+    assert server.certificate is not None
+    # The certificate names localhost as well as 127.0.0.1; it verifies against the CA and nothing else.
+    localhost = server.url.replace("127.0.0.1", "localhost")
+    with urllib.request.urlopen(
+        f"{localhost}/version", timeout=10, context=server.certificate.client_context()
+    ) as response:
+        assert json.loads(response.read())["major"] == "1"
+    with pytest.raises(urllib.error.URLError) as err:
+        urllib.request.urlopen(f"{server.url}/version", timeout=10, context=ssl.create_default_context())
+    assert isinstance(err.value.reason, ssl.SSLCertVerificationError)
+    # So does the official client when the kubeconfig carries no CA.
+    configuration = client.Configuration()
+    configuration.host = server.url
+    with client.ApiClient(configuration) as api, pytest.raises(urllib3.exceptions.MaxRetryError) as failed:
+        client.VersionApi(api).get_code(_request_timeout=5)
+    assert isinstance(failed.value.reason, urllib3.exceptions.SSLError)
+    server.write_kubeconfig(tmp_path / "kubeconfig")
+    doc = yaml.safe_load((tmp_path / "kubeconfig").read_text())
+    assert base64.b64decode(doc["clusters"][0]["cluster"]["certificate-authority-data"]) == server.ca_pem
+    assert "insecure-skip-tls-verify" not in doc["clusters"][0]["cluster"]
+
+
+def test_node_table_has_the_real_columns_and_status(fleet: SimulatedFleet, server: KubeApiServer) -> None:
+    code, body = raw_get(server, "/api/v1/nodes", accept=KUBECTL_ACCEPT)
+    assert code == 200
+    assert (body["kind"], body["apiVersion"]) == ("Table", "meta.k8s.io/v1")
+    assert [(c["name"], c["priority"]) for c in body["columnDefinitions"]] == [
+        ("Name", 0),
+        ("Status", 0),
+        ("Roles", 0),
+        ("Age", 0),
+        ("Version", 0),
+        ("Internal-IP", 1),
+        ("External-IP", 1),
+        ("OS-Image", 1),
+        ("Kernel-Version", 1),
+        ("Container-Runtime", 1),
+    ]
+    rows = {row["cells"][0]: row for row in body["rows"]}
+    assert rows.keys() == {n.name for n in fleet.nodes}
+    for node in fleet.nodes:
+        _, status, roles, age, version, *_ = rows[node.name]["cells"]
+        assert status == ("Ready" if node.ready else "NotReady") + (
+            ",SchedulingDisabled" if node.unschedulable else ""
+        )
+        assert (roles, version) == ("<none>", KUBELET_VERSION)
+        assert re.fullmatch(r"\d+d", age), age
+        obj = rows[node.name]["object"]
+        assert (obj["kind"], obj["apiVersion"]) == ("PartialObjectMetadata", "meta.k8s.io/v1")
+        assert obj["metadata"]["name"] == node.name
+        assert "spec" not in obj and "status" not in obj
+    assert {"NotReady", "Ready,SchedulingDisabled"} <= {r["cells"][1] for r in body["rows"]}
+
+
+def test_pod_table_cells_follow_the_pods(fleet: SimulatedFleet, server: KubeApiServer) -> None:
+    code, body = raw_get(server, "/api/v1/pods", accept=KUBECTL_ACCEPT)
+    assert code == 200
+    assert [c["name"] for c in body["columnDefinitions"]] == [
+        "Name",
+        "Ready",
+        "Status",
+        "Restarts",
+        "Age",
+        "IP",
+        "Node",
+        "Nominated Node",
+        "Readiness Gates",
+    ]
+    assert [c["priority"] for c in body["columnDefinitions"]] == [0, 0, 0, 0, 0, 1, 1, 1, 1]
+    rows = {(r["object"]["metadata"]["namespace"], r["cells"][0]): r["cells"] for r in body["rows"]}
+    pods = {(p.namespace, p.name): p for p in fleet.api_pods()}
+    assert rows.keys() == pods.keys()
+    status = {"Running": "Running", "Pending": "Pending", "Succeeded": "Completed", "Failed": "Error"}
+    for key, pod in pods.items():
+        _, ready, shown, restarts, _, ip, node, nominated, gates = rows[key]
+        assert shown == status[pod.phase], key
+        assert node == (pod.node or "<none>"), key
+        running_ready = pod.phase == "Running" and fleet.node(pod.node or "").ready
+        assert ready == ("1/1" if running_ready else "0/1"), key
+        assert (ip == "<none>") == (pod.node is None), key
+        assert (restarts, nominated, gates) == ("0", "<none>", "<none>")
+    assert {"Running", "Pending", "Completed"} <= {cells[2] for cells in rows.values()}
+
+
+def test_table_pages_with_limit_and_continue(fleet: SimulatedFleet, server: KubeApiServer) -> None:
+    names: list[str] = []
+    path, pages = "/api/v1/pods?limit=5", 0
+    while True:
+        code, body = raw_get(server, path, accept=KUBECTL_ACCEPT)
+        assert code == 200 and body["kind"] == "Table"
+        assert body["metadata"]["resourceVersion"]
+        assert len(body["rows"]) <= 5
+        names += [r["cells"][0] for r in body["rows"]]
+        pages += 1
+        if not body["metadata"].get("continue"):
+            break
+        assert body["metadata"]["remainingItemCount"] == len(fleet.api_pods()) - len(names)
+        path = f"/api/v1/pods?limit=5&continue={body['metadata']['continue']}"
+    assert sorted(names) == sorted(p.name for p in fleet.api_pods())
+    assert pages == -(-len(fleet.api_pods()) // 5)
+
+
+def test_table_versions_and_negotiation(fleet: SimulatedFleet, server: KubeApiServer) -> None:
+    old = "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+    code, body = raw_get(server, "/api/v1/namespaces", accept=old)
+    assert (code, body["kind"], body["apiVersion"]) == (200, "Table", "meta.k8s.io/v1beta1")
+    assert body["rows"][0]["object"]["apiVersion"] == "meta.k8s.io/v1beta1"
+    assert [c["name"] for c in body["columnDefinitions"]] == ["Name", "Status", "Age"]
+    assert {r["cells"][1] for r in body["rows"]} == {"Active"}
+    # The client's order decides: plain JSON first is the plain list, as the official client asks.
+    for accept in (None, "application/json", "application/json,application/json;as=Table;g=meta.k8s.io"):
+        _, plain = raw_get(server, "/api/v1/namespaces", accept=accept)
+        assert plain["kind"] == "NamespaceList", accept
+    # Discovery has no Table form: kubectl's Accept header gets the plain document.
+    assert raw_get(server, "/api/v1", accept=KUBECTL_ACCEPT)[1]["kind"] == "APIResourceList"
+    # Errors stay Status objects.
+    code, body = raw_get(server, "/api/v1/nodes", token="bad", accept=KUBECTL_ACCEPT)
+    assert code == 401
+    assert_status(body, 401, "Unauthorized")
+
+
+def test_table_objects_as_include_object_asks(fleet: SimulatedFleet, server: KubeApiServer) -> None:
+    node = fleet.nodes[0].name
+    _, whole = raw_get(server, "/api/v1/nodes?includeObject=Object", accept=KUBECTL_ACCEPT)
+    assert whole["rows"][0]["object"]["kind"] == "Node"
+    assert "allocatable" in whole["rows"][0]["object"]["status"]
+    _, bare = raw_get(server, "/api/v1/nodes?includeObject=None", accept=KUBECTL_ACCEPT)
+    assert "object" not in bare["rows"][0]
+    code, body = raw_get(server, "/api/v1/nodes?includeObject=All", accept=KUBECTL_ACCEPT)
+    assert code == 400
+    assert_status(body, 400, "BadRequest")
+    # One object (kubectl get node NAME) is a Table of one row.
+    _, one = raw_get(server, f"/api/v1/nodes/{node}", accept=KUBECTL_ACCEPT)
+    assert one["kind"] == "Table"
+    assert [r["cells"][0] for r in one["rows"]] == [node]
+
+
+def test_quota_table_splits_requests_and_limits(fleet: SimulatedFleet, server: KubeApiServer) -> None:
+    _, body = raw_get(server, "/api/v1/resourcequotas", accept=KUBECTL_ACCEPT)
+    assert [c["name"] for c in body["columnDefinitions"]] == ["Name", "Age", "Request", "Limit"]
+    _, plain = raw_get(server, "/api/v1/resourcequotas")
+    assert len(body["rows"]) == len(plain["items"]) > 0
+    for row, quota in zip(body["rows"], plain["items"], strict=True):
+        hard, used = quota["spec"]["hard"], quota["status"]["used"]
+        expected = ", ".join(f"{k}: {used[k]}/{hard[k]}" for k in sorted(hard) if not k.startswith("limits."))
+        assert row["cells"][2] == expected
+        assert row["cells"][3] == ", ".join(
+            f"{k}: {used[k]}/{hard[k]}" for k in sorted(hard) if k.startswith("limits.")
+        )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (-5, "<invalid>"),
+        (45, "45s"),
+        (119, "119s"),
+        (310, "5m10s"),
+        (600, "10m"),
+        (4 * 3600 + 60, "4h1m"),
+        (30 * 3600, "30h"),
+        (5 * 86400 + 7200, "5d2h"),
+        (63 * 86400, "63d"),
+        (800 * 86400, "2y70d"),
+    ],
+)
+def test_ages_read_as_the_api_server_prints_them(seconds: int, shown: str) -> None:
+    assert human_duration(seconds) == shown

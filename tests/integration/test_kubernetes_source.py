@@ -26,7 +26,7 @@ def fleet() -> SimulatedFleet:
 def api(fleet: SimulatedFleet, tmp_path: Path) -> Iterator[tuple[KubeApiServer, str]]:
     with KubeApiServer(fleet, token=TOKEN) as server:
         path = tmp_path / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        write_kubeconfig(path, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
         yield server, str(path)
 
 
@@ -74,12 +74,12 @@ def test_expired_continue_token_restarts_the_list(
     original = server.handle
 
     def expire_after_first_page(
-        method: str, target: str, authorization: str | None
+        method: str, target: str, authorization: str | None, accept: str | None = None
     ) -> tuple[int, str, bytes]:
         if "/api/v1/nodes" in target and "continue=" in target and calls["n"] == 0:
             calls["n"] += 1
             server.expire_continue_tokens()
-        return original(method, target, authorization)
+        return original(method, target, authorization, accept)
 
     server.handle = expire_after_first_page  # type: ignore[method-assign]
     items, restarts = source.list_raw("nodes")
@@ -98,7 +98,7 @@ def test_malformed_gpu_quantity_is_skipped_and_counted(fleet: SimulatedFleet, tm
         c["resources"] = {"limits": {"nvidia.com/gpu": "abc"}, "requests": {"nvidia.com/gpu": "abc"}}
     with KubeApiServer(fleet, token=TOKEN, extra_pods=[bad]) as server:
         path = tmp_path / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        write_kubeconfig(path, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
         state = KubernetesSource(kubeconfig=str(path)).cluster_state()
     assert state.skipped == 1
     assert state.warnings == (
@@ -110,7 +110,7 @@ def test_malformed_gpu_quantity_is_skipped_and_counted(fleet: SimulatedFleet, tm
 def test_unauthorized_and_forbidden_are_clear(fleet: SimulatedFleet, tmp_path: Path) -> None:
     with KubeApiServer(fleet, token=TOKEN, forbidden=["nodes"]) as server:
         wrong = tmp_path / "wrong"
-        write_kubeconfig(wrong, server_url=server.url, token="not-the-token")
+        write_kubeconfig(wrong, server_url=server.url, token="not-the-token", ca_pem=server.ca_pem)
         with pytest.raises(KubernetesError) as err:
             KubernetesSource(kubeconfig=str(wrong)).cluster_state()
         assert (
@@ -118,7 +118,7 @@ def test_unauthorized_and_forbidden_are_clear(fleet: SimulatedFleet, tmp_path: P
             == "kubernetes: unauthorized (401): the credentials in the kubeconfig were rejected"
         )
         right = tmp_path / "right"
-        write_kubeconfig(right, server_url=server.url, token=TOKEN)
+        write_kubeconfig(right, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
         source = KubernetesSource(kubeconfig=str(right))
         with pytest.raises(KubernetesError, match=r"forbidden \(403\): nodes is forbidden: .* cannot list"):
             source.cluster_state()

@@ -84,7 +84,11 @@ def test_report_per_team_equals_ground_truth(
         assert got.loc[team, "used_gpu_hours"] == pytest.approx(row["used"], rel=0.01, abs=1e-6), team
     assert report["coverage"]["util_source"]["DCGM_FI_DEV_GPU_UTIL"] > 0  # the T4s have no PROF fields
     assert report["coverage"]["util_source"]["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] > 0
-    assert {p["pod"] for p in report["pending"]} == {"pretrain-70b-0", "reindex-embed-0"}
+    assert {(p["pod"], p["blocked_by"]) for p in report["pending"]} == {
+        ("pretrain-70b-0", "capacity"),
+        ("reindex-embed-0", "capacity"),
+        ("finetune-vit-0", "fragmentation"),
+    }
 
 
 def test_prometheus_down_exits_3_with_one_line(fleet: SimulatedFleet, kubeconfig: str) -> None:

@@ -38,7 +38,7 @@ def fleet() -> SimulatedFleet:
 def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with KubeApiServer(fleet, token=TOKEN) as server:
         path: Path = tmp_path_factory.mktemp("kube") / "kubeconfig"
-        write_kubeconfig(path, server_url=server.url, token=TOKEN)
+        write_kubeconfig(path, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
         yield str(path)
 
 

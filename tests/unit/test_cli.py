@@ -1,7 +1,10 @@
 """The `gpuwatch` command: exit codes and one-line errors, run as a user runs it."""
 
+import json
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 
@@ -59,3 +62,55 @@ def test_missing_trace_file_is_one_line(tmp_path: Path) -> None:
 def test_version() -> None:
     result = _run("--version")
     assert result.returncode == 0 and result.stdout.startswith("gpuwatch ")
+
+
+def test_report_since_and_until_set_the_window() -> None:
+    result = _run("report", "--demo", "--format", "json", "--since", "6h", "--until", "2026-11-20T00:00:00Z")
+    assert result.returncode == 0, result.stderr
+    window = json.loads(result.stdout)["window"]
+    assert (window["start"], window["end"]) == ("2026-11-19T18:00:00Z", "2026-11-20T00:00:00Z")
+
+
+def test_report_since_with_start_is_a_one_line_usage_error() -> None:
+    result = _run("report", "--demo", "--since", "7d", "--start", "2026-11-01T00:00:00Z")
+    assert result.returncode == 2
+    assert (
+        result.stderr
+        == "gpuwatch: error: --since and --start both set the window's start: give one of them\n"
+    )
+    bad = _run("report", "--demo", "--since", "soon")
+    assert bad.returncode == 2 and "bad duration 'soon'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_serve_reports_a_port_in_use_in_one_line_and_never_says_serving() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = _run("serve", "--demo", "--port", str(port))
+    assert result.returncode == 2
+    assert result.stderr == f"gpuwatch: error: cannot serve on 127.0.0.1:{port}: Address already in use\n"
+    assert "serving" not in result.stderr + result.stdout
+
+
+def test_serve_announces_its_address_once_it_answers_there() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "serve", "--demo", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line.startswith(f"gpuwatch: serving the simulated fleet on http://127.0.0.1:{port}/ ")
+        assert "gunicorn -c gunicorn.conf.py app:server" in line
+        # Announced after binding: the address answers right away.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=60) as reply:
+            assert reply.status == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -75,21 +76,47 @@ def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any]
     assert {p["blocked_by"] for p in report["pending"]} <= {"fragmentation", "capacity"}
 
 
+DECIMALS = {"_gpu_hours": 3, "usd_per_gpu_hour": 4, "_usd": 2}
+
+
+def _decimals(column: str) -> int | None:
+    if column in ("efficiency", "allocation_rate", "utilization", "fragmentation_ratio"):
+        return 4
+    if column in ("gpus", "largest_free_block"):
+        return 3
+    return next((d for suffix, d in DECIMALS.items() if column.endswith(suffix)), None)
+
+
 @pytest.mark.parametrize("group_by", ["team", "namespace", "workload", "pool"])
-def test_csv_and_parquet_carry_the_json_rows(report: dict[str, Any], group_by: str) -> None:
+def test_csv_and_parquet_are_showback_rows_of_the_json(report: dict[str, Any], group_by: str) -> None:
     key = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}[group_by]
     expected = pd.DataFrame(report[key])
-    from_csv = pd.read_csv(io.BytesIO(render(report, "csv", group_by=group_by)), keep_default_na=False)
+    text = render(report, "csv", group_by=group_by).decode()
+    # Numbers as people read them: no float noise such as 47.99999999999856.
+    assert not re.search(r"\d\.\d{5,}", text)
+    from_csv = pd.read_csv(io.StringIO(text), keep_default_na=False)
     from_parquet = pd.read_parquet(io.BytesIO(render(report, "parquet", group_by=group_by)))
-    assert len(from_csv) == len(expected) == len(from_parquet)
+    assert len(from_csv) == len(expected) == len(from_parquet) > 0
+    assert list(from_csv.columns[:2]) == ["window_start", "window_end"]
+    assert list(from_csv.columns[-2:]) == ["usd_per_gpu_hour", "currency"]
+    assert list(from_csv.columns) == list(from_parquet.columns)
+    assert set(from_csv["window_start"]) == {report["window"]["start"]}
+    assert set(from_csv["window_end"]) == {report["window"]["end"]}
+    assert set(from_csv["currency"]) == {"USD"}
     for column in expected.columns:
-        if pd.api.types.is_float_dtype(expected[column]):
-            assert from_csv[column].astype(float).tolist() == pytest.approx(
-                expected[column].tolist(), nan_ok=True
-            )
-            assert from_parquet[column].tolist() == pytest.approx(expected[column].tolist(), nan_ok=True)
-        elif column != "idle_since":
+        decimals = _decimals(column)
+        if pd.api.types.is_float_dtype(expected[column]) and decimals is not None:
+            want = expected[column].round(decimals).tolist()
+            assert from_csv[column].astype(float).tolist() == pytest.approx(want, nan_ok=True, abs=1e-12)
+            assert from_parquet[column].tolist() == pytest.approx(want, nan_ok=True, abs=1e-12)
+        elif column not in ("idle_since", "usd_per_gpu_hour"):
             assert from_csv[column].astype(str).tolist() == expected[column].astype(str).tolist()
+    prices = {p["pool"]: p["usd_per_gpu_hour"] for p in report["pools"]}
+    if group_by in ("pool", "workload"):
+        assert from_csv["usd_per_gpu_hour"].tolist() == [prices[p] for p in from_csv["pool"]]
+    else:  # teams and namespaces span pools: the effective rate they were charged
+        rate = (expected["cost_usd"] / expected["allocated_gpu_hours"]).round(4)
+        assert from_csv["usd_per_gpu_hour"].tolist() == pytest.approx(rate.tolist(), abs=1e-12)
 
 
 def test_table_and_html_show_the_same_numbers(report: dict[str, Any]) -> None:

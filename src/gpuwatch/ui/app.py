@@ -2,6 +2,7 @@
 
 import hashlib
 import hmac
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from urllib.parse import urlsplit
 import dash
 import flask
 from dash import ALL, Dash, Input, Output, State, callback, ctx, dcc, html, no_update
+from werkzeug.serving import make_server
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.service import FleetService, SimulatedSources
@@ -27,7 +29,8 @@ def create_app(
     refresh_seconds: float = 60.0,
     warm: bool = True,
 ) -> Dash:
-    """The Dash app over `service` (default: the simulated demo fleet). Dash debug stays off.
+    """The Dash app over `service` (default: FleetService.from_environment(), the live fleet the
+    GPUWATCH_* settings name, else the simulated one). Dash debug stays off.
 
     auth_file: a file of `user:password` lines; when given, every route needs HTTP basic auth.
     refresh_seconds: how often open pages refresh, and how old health and quota data may get.
@@ -35,7 +38,7 @@ def create_app(
     """
     users = load_users(auth_file) if auth_file else None
     if service is None:
-        service = FleetService.demo()
+        service = FleetService.from_environment()
     app = Dash(
         __name__,
         use_pages=True,
@@ -54,6 +57,47 @@ def create_app(
     if warm:
         store.warm()
     return app
+
+
+# -- serving --------------------------------------------------------------------------------------------
+
+
+class Listener:
+    """The dashboard's HTTP server (werkzeug, threaded), bound before the app is built: a port in use is
+    known at once, and the address is announced only once it is really served. Until `serve` is
+    called it answers 503. For production, gunicorn (app.py, gunicorn.conf.py) serves the app instead."""
+
+    def __init__(self, host: str, port: int) -> None:
+        """Bind host:port (OSError if it cannot be: in use, not an address here)."""
+        self._app: flask.Flask | None = None
+        # Bound here, not by werkzeug, which prints and exits on a port in use.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+            self.server = make_server(host, port, self, threaded=True, fd=sock.fileno())
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.server.host}:{self.server.port}/"
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if self._app is None:
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain"), ("Retry-After", "5")])
+            return [b"gpuwatch is starting\n"]
+        return self._app(environ, start_response)
+
+    def serve(self, app: Dash) -> None:
+        """Answer with `app` until shutdown() (from another thread) or an interrupt."""
+        self._app = app.server
+        try:
+            self.server.serve_forever()
+        finally:
+            self.server.server_close()
+
+    def shutdown(self) -> None:
+        self.server.shutdown()
 
 
 # -- basic auth -----------------------------------------------------------------------------------------

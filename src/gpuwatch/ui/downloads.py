@@ -1,6 +1,5 @@
 """CSV and Parquet downloads of every table: pages register exporters, the shell serves the clicks."""
 
-import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ from dash import ALL, Input, Output, State, callback, ctx
 from dash.dcc.express import send_bytes
 from dash.exceptions import PreventUpdate
 
-from gpuwatch.report import Report, render
+from gpuwatch.report import Report, frame_bytes, render, rounded
 from gpuwatch.ui import ids
 from gpuwatch.ui.components import load
 from gpuwatch.ui.data import Loaded
@@ -29,14 +28,11 @@ class Export:
     group_by: str = ""
 
     def render(self, fmt: str) -> bytes:
+        """The file: a report group as `gpuwatch report --format csv|parquet` writes it (showback rows),
+        any other table with its numbers rounded the same way."""
         if self.report is not None:
             return render(self.report, fmt, group_by=self.group_by)
-        frame = self.frame if self.frame is not None else pd.DataFrame()
-        if fmt == "csv":
-            return frame.to_csv(index=False).encode()
-        buffer = io.BytesIO()
-        frame.to_parquet(buffer, index=False)
-        return buffer.getvalue()
+        return frame_bytes(rounded(self.frame if self.frame is not None else pd.DataFrame()), fmt)
 
 
 Exporter = Callable[[Loaded, Filters, str], Export]

@@ -347,6 +347,9 @@ def waste_treemap(workloads: Sequence[Mapping[str, object]]) -> go.Figure:
     return fig
 
 
+SPARK_WIDTH_PX, SPARK_HEIGHT_PX = 120, 34
+
+
 def sparkline(frame: pd.DataFrame) -> go.Figure:
     """A tiny held-vs-used trend (timestamp, held_ge, used_ge) for a table cell."""
     fig = go.Figure(
@@ -368,8 +371,8 @@ def sparkline(frame: pd.DataFrame) -> go.Figure:
         ]
     )
     fig.update_layout(
-        height=34,
-        width=150,
+        height=SPARK_HEIGHT_PX,
+        width=SPARK_WIDTH_PX,
         margin={"l": 0, "r": 0, "t": 2, "b": 2},
         showlegend=False,
         template="plotly_white",

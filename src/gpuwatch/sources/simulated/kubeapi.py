@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -30,6 +31,8 @@ from gpuwatch.sources.simulated.kubeobjects import (
     quota_object,
     status_object,
 )
+from gpuwatch.sources.simulated.kubetables import INCLUDE_OBJECT, table, table_version
+from gpuwatch.sources.simulated.tls import ServerCertificate, self_signed
 
 __all__ = [
     "DEFAULT_TOKEN",
@@ -225,11 +228,14 @@ def parse_label_selector(text: str) -> list[Predicate]:
 class KubeApiServer:
     """Serves a SimulatedFleet at `fleet.now` as a read-only core/v1 API server on 127.0.0.1.
 
+    HTTPS (unless tls=False) with a certificate from a CA generated at start (`certificate.ca_pem`,
+    written into kubeconfigs), as clients expect: kubectl sends a bearer token over TLS only.
     Lists paginate with `limit`/`continue` (opaque base64 JSON tokens holding the list resourceVersion
     and an offset) and answer 410 Expired once `expire_continue_tokens()` moved the resourceVersion on
-    or a token outlived `continue_ttl_seconds`. With a `token`, every API path wants
-    `Authorization: Bearer <token>` (401 otherwise); resources in `forbidden` answer 403.
-    `extra_pods` are raw Pod objects appended to pod lists as-is (to inject malformed data).
+    or a token outlived `continue_ttl_seconds`; asked for `as=Table` (kubectl), they answer the Table
+    form with the real server's columns. With a `token`, every API path wants
+    `Authorization: Bearer <token>` (401 otherwise); token=None serves anyone. Resources in `forbidden`
+    answer 403. `extra_pods` are raw Pod objects appended to pod lists as-is (to inject malformed data).
     """
 
     def __init__(
@@ -243,6 +249,7 @@ class KubeApiServer:
         continue_ttl_seconds: float | None = None,
         extra_pods: Sequence[JsonObject] = (),
         clock: Callable[[], float] = time.monotonic,
+        tls: bool = True,
     ) -> None:
         unknown = set(forbidden) - set(_RESOURCES)
         if unknown:
@@ -253,7 +260,9 @@ class KubeApiServer:
         self.token = token
         self.forbidden = frozenset(forbidden)
         self.continue_ttl_seconds = continue_ttl_seconds
+        self.certificate: ServerCertificate | None = self_signed([host]) if tls else None
         self.request_log: list[tuple[str, str, int]] = []
+        self.accept_log: list[str] = []  # the Accept header of each request in request_log ("" if none)
         self._clock = clock
         self._lock = threading.Lock()
         self._epoch = 0
@@ -279,6 +288,7 @@ class KubeApiServer:
             return self
         httpd = _HttpServer((self.host, self.port), _Handler)
         httpd.api = self
+        httpd.tls = self.certificate.server_context() if self.certificate is not None else None
         self.port = httpd.server_address[1]
         self._httpd = httpd
         self._thread = threading.Thread(
@@ -291,7 +301,8 @@ class KubeApiServer:
     def url(self) -> str:
         if self._httpd is None:
             raise RuntimeError("KubeApiServer is not started")
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.certificate is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def close(self) -> None:
         """Stop serving and release the port; safe to call twice."""
@@ -324,8 +335,23 @@ class KubeApiServer:
         with self._lock:
             self._epoch += 1
 
-    def write_kubeconfig(self, path: str | os.PathLike[str], *, context: str = "gpuwatch-sim") -> None:
-        write_kubeconfig(path, server_url=self.url, token=self.token, context=context)
+    def write_kubeconfig(
+        self, path: str | os.PathLike[str], *, context: str = "gpuwatch-sim", namespace: str = "default"
+    ) -> None:
+        """A kubeconfig for this server: its URL, CA and token."""
+        write_kubeconfig(
+            path,
+            server_url=self.url,
+            token=self.token,
+            ca_pem=self.ca_pem,
+            context=context,
+            namespace=namespace,
+        )
+
+    @property
+    def ca_pem(self) -> bytes | None:
+        """The CA that signed the server's certificate (None over plain http)."""
+        return self.certificate.ca_pem if self.certificate is not None else None
 
     def _encode_continue(self, rv: str, offset: int, query: str) -> str:
         payload = {"v": "meta.k8s.io/v1", "rv": int(rv), "start": offset, "q": query, "t": self._clock()}
@@ -361,12 +387,16 @@ class KubeApiServer:
 
     # -- request handling ------------------------------------------------------------------------
 
-    def log_request(self, method: str, target: str, code: int) -> None:
+    def log_request(self, method: str, target: str, code: int, accept: str | None = None) -> None:
         with self._lock:
             self.request_log.append((method, target, code))
+            self.accept_log.append(accept or "")
 
-    def handle(self, method: str, target: str, authorization: str | None) -> tuple[int, str, bytes]:
-        """Answer one request: (HTTP status, content type, body)."""
+    def handle(
+        self, method: str, target: str, authorization: str | None, accept: str | None = None
+    ) -> tuple[int, str, bytes]:
+        """Answer one request: (HTTP status, content type, body); lists and objects as a Table when the
+        Accept header asks for one."""
         parts = urlsplit(target)
         path = "/" + "/".join(s for s in unquote(parts.path).split("/") if s)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -379,12 +409,34 @@ class KubeApiServer:
             if path in ("/healthz", "/livez", "/readyz"):
                 return 200, "text/plain; charset=utf-8", b"ok"
             body = self._route(path, query)
+            version = table_version(accept)
+            if version is not None:
+                body = self._as_table(body, version, query.get("includeObject") or "Metadata")
             code = 200
         except ApiError as e:
             body, code = e.body, e.code
         except Exception as e:  # a bug here must still answer like an API server, not drop the connection
             body, code = status_object(500, "InternalError", f"an error on the server ({e!r})"), 500
         return code, "application/json", json.dumps(body, separators=(",", ":")).encode()
+
+    def _as_table(self, body: JsonObject, version: str, include_object: str) -> JsonObject:
+        kind = str(body.get("kind", ""))
+        resource = next((r.name for r in _RESOURCES.values() if kind in (r.kind, f"{r.kind}List")), None)
+        if resource is None:
+            return body  # discovery and the like have no Table form
+        if include_object not in INCLUDE_OBJECT:
+            raise _bad_request(
+                f"includeObject: unsupported value {include_object!r}: one of {', '.join(INCLUDE_OBJECT)}"
+            )
+        listed = kind.endswith("List")
+        return table(
+            resource,
+            body["items"] if listed else [body],
+            metadata=body["metadata"] if listed else {"resourceVersion": self.resource_version},
+            now=self.fleet.now,
+            version=version,
+            include_object=include_object,
+        )
 
     def _authenticate(self, path: str, authorization: str | None) -> None:
         if self.token is None:
@@ -537,6 +589,7 @@ _VERSION: JsonObject = {
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     api: KubeApiServer
+    tls: ssl.SSLContext | None = None
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__(address, handler)
@@ -552,6 +605,29 @@ class _HttpServer(ThreadingHTTPServer):
         with self.connections_lock:
             self.connections.discard(request)
         super().shutdown_request(request)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Handle one connection; with TLS the handshake happens here, in the connection's own thread, so
+        a client that never completes it holds up no other."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(_Handler.timeout)
+        try:
+            secure = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # not TLS, or gone: nothing to answer
+        with self.connections_lock:
+            self.connections.discard(request)
+            self.connections.add(secure)
+        try:
+            self.RequestHandlerClass(secure, client_address, cast(Any, self))
+        finally:
+            with self.connections_lock:
+                self.connections.discard(secure)
+            with contextlib.suppress(OSError):
+                secure.shutdown(socket.SHUT_RDWR)
+            secure.close()
 
     def drop_connections(self) -> None:
         """Cut kept-alive client connections, so nothing is answered once the server is closed."""
@@ -573,8 +649,11 @@ class _Handler(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)  # drain a body so the kept-alive connection stays in step
         api = cast(_HttpServer, self.server).api
-        code, content_type, body = api.handle(self.command, self.path, self.headers.get("Authorization"))
-        api.log_request(self.command, self.path, code)
+        accept = self.headers.get("Accept")
+        code, content_type, body = api.handle(
+            self.command, self.path, self.headers.get("Authorization"), accept
+        )
+        api.log_request(self.command, self.path, code, accept)
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -594,16 +673,22 @@ def write_kubeconfig(
     *,
     server_url: str,
     token: str | None,
+    ca_pem: bytes | None = None,
     context: str = "gpuwatch-sim",
     namespace: str = "default",
 ) -> None:
-    """Write a standard kubeconfig (one cluster, user, context, made current), mode 0600: it holds a token."""
+    """Write a standard kubeconfig (one cluster, user, context, made current), mode 0600: it holds a token.
+
+    ca_pem: the CA that signed an https server's certificate (certificate-authority-data)."""
     user: JsonObject = {"token": token} if token is not None else {}
+    cluster: JsonObject = {"server": server_url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "preferences": {},
-        "clusters": [{"name": context, "cluster": {"server": server_url}}],
+        "clusters": [{"name": context, "cluster": cluster}],
         "users": [{"name": context, "user": user}],
         "contexts": [
             {"name": context, "context": {"cluster": context, "user": context, "namespace": namespace}}

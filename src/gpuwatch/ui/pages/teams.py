@@ -29,8 +29,11 @@ def layout(**_query: str) -> html.Div:
     )
 
 
+# The trend sits next to the team it belongs to: were the table ever wider than the page, the columns
+# that scroll out of sight are the last ones, never the sparkline.
 COLUMNS = [
     Column("team", "team", href=lambda r: f"/teams/{r['team']}"),
+    Column("trend", "trend: held · used"),
     Column("gpus_now", "GPUs now", "num"),
     Column("quota", "quota (GPU requests)"),
     Column("allocated_gpu_hours", "allocated GPU-h", "num"),
@@ -42,7 +45,6 @@ COLUMNS = [
     Column("cost_usd", "cost $", "usd"),
     Column("waste_usd", "waste $", "usd"),
     Column("pods", "pods", "int"),
-    Column("trend", "trend: held · used"),
 ]
 
 
@@ -53,7 +55,7 @@ def _sparklines(view: View) -> dict[str, dcc.Graph]:
             figure=figures.sparkline(rows),
             config=SPARK_CONFIG,
             className="gw-spark",
-            style={"height": "34px", "width": "150px"},
+            style={"height": f"{figures.SPARK_HEIGHT_PX}px", "width": f"{figures.SPARK_WIDTH_PX}px"},
         )
         for team, rows in timeline.groupby("team", sort=False)
     }
@@ -87,7 +89,8 @@ def render(search: str | None) -> tuple[Any, ...]:
             limit=100,
             empty_text="no team held GPUs in this window",
             query=to_query(filters),
-            note="Efficiency = used ÷ allocated GPU-hours. vs prev.: the change since the window of the "
+            note="Efficiency = used ÷ allocated GPU-hours with telemetry. Trend: GPUs held (orange) and used "
+            "(line) over the window. vs prev.: the change since the window of the "
             "same length just before this one (— when the team allocated nothing then). Quota: GPU requests "
             "now vs the ResourceQuotas of the team's namespaces.",
         ),
