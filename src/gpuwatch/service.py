@@ -290,7 +290,11 @@ def serve_simulated_metrics(params: SimulationParams, *, host: str, port: int) -
     """Serve the fleet's dcgm-exporter /metrics until closed."""
     from gpuwatch.sources.simulated.exposition import serve_metrics
 
-    return serve_metrics(params.build(), host=host, port=port)
+    fleet = params.build()
+    try:
+        return serve_metrics(fleet, host=host, port=port)
+    except OSError as e:
+        raise ConfigError(f"cannot serve /metrics on {host}:{port}: {e.strerror or e}") from e
 
 
 def serve_simulated_kube_api(

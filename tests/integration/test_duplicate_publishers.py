@@ -243,10 +243,23 @@ scrape_configs:
 """
             (tmp_path / name).mkdir()
             servers[name] = PrometheusServer(data_dir=tmp_path / name, config_text=config).start()
-        started = datetime.now(UTC)
-        time.sleep(15)
-        end = datetime.now(UTC).replace(microsecond=0)
-        window = Window(start=started.replace(microsecond=0) - timedelta(seconds=5), end=end, step_seconds=1)
+        # Both servers scrape every exporter they know for a while (however loaded the machine is): the
+        # window is the 10 s after each has 5 cycles of every publisher, and ends 2 s before the reads.
+        scraped = {name: len(ports) for name, ports in targets.items()}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            now = datetime.now(UTC)
+            cycles = {
+                name: list(_instant(s.url, "count_over_time(gpuwatch_build_info[30s])", now).values())
+                for name, s in servers.items()
+            }
+            if all(len(c) == scraped[n] and min(c) >= 5 for n, c in cycles.items()):
+                break
+            time.sleep(1)
+        start = datetime.now(UTC).replace(microsecond=0)
+        time.sleep(12)
+        end = start + timedelta(seconds=10)
+        window = Window(start=start, end=end, step_seconds=1)
         reports = {
             name: build_history_report(
                 read_history(load_settings(flags={"prometheus_url": s.url}, env={}), window)

@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import socket
 import ssl
 import threading
@@ -30,6 +29,12 @@ from gpuwatch.sources.simulated.kubeobjects import (
     pod_object,
     quota_object,
     status_object,
+)
+from gpuwatch.sources.simulated.kubeselectors import (
+    SelectorError,
+    field_value,
+    parse_field_selector,
+    parse_label_selector,
 )
 from gpuwatch.sources.simulated.kubetables import INCLUDE_OBJECT, table, table_version
 from gpuwatch.sources.simulated.tls import ServerCertificate, self_signed
@@ -103,7 +108,6 @@ _RESOURCES = {
         _Resource("resourcequotas", "resourcequota", "ResourceQuota", True, ("quota",), _NAMES),
     )
 }
-_FIELD_DEFAULTS = {"spec.hostNetwork": "false", "spec.unschedulable": "false"}
 
 
 class ApiError(Exception):
@@ -117,108 +121,6 @@ class ApiError(Exception):
 
 def _bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
-
-
-# ---------------------------------------------------------------------------------------------
-# Selectors
-
-_FIELD_TERM = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(==|!=|=)\s*(.*?)\s*$")
-_LABEL_KEY = r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
-_LABEL_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
-_LABEL_EQ = re.compile(rf"^\s*({_LABEL_KEY})\s*(==|!=|=)\s*({_LABEL_VALUE})\s*$")
-_LABEL_SET = re.compile(rf"^\s*({_LABEL_KEY})\s+(in|notin)\s*\(([^()]*)\)\s*$")
-_LABEL_EXISTS = re.compile(rf"^\s*(!?)\s*({_LABEL_KEY})\s*$")
-
-Predicate = Callable[[JsonObject], bool]
-
-
-def _field_value(obj: JsonObject, path: str) -> str:
-    value: Any = obj
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    if value is None:
-        return _FIELD_DEFAULTS.get(path, "")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def parse_field_selector(text: str, resource: str) -> list[Predicate]:
-    """Predicates of a fieldSelector ("status.phase=Running,spec.nodeName!=n1"); unknown fields are a 400."""
-    supported = _RESOURCES[resource].fields
-    out: list[Predicate] = []
-    for term in (t for t in text.split(",") if t.strip()):
-        match = _FIELD_TERM.match(term)
-        if match is None:
-            raise _bad_request(f"invalid field selector: {term!r}: expected an operator ('=', '==' or '!=')")
-        field, op, wanted = match.groups()
-        if field not in supported:
-            raise _bad_request(f"field label not supported: {field}")
-
-        def pred(
-            obj: JsonObject, field: str = field, wanted: str = wanted, negate: bool = op == "!="
-        ) -> bool:
-            return (_field_value(obj, field) == wanted) != negate
-
-        out.append(pred)
-    return out
-
-
-def _split_terms(text: str) -> list[str]:
-    """Split a label selector on the commas that are not inside `in (...)` value sets."""
-    terms: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            terms.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    terms.append("".join(current))
-    return [t for t in terms if t.strip()]
-
-
-def parse_label_selector(text: str) -> list[Predicate]:
-    """Predicates of a labelSelector: `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`."""
-    out: list[Predicate] = []
-
-    def labels(obj: JsonObject) -> dict[str, str]:
-        found = obj.get("metadata", {}).get("labels") if isinstance(obj.get("metadata"), dict) else None
-        return found if isinstance(found, dict) else {}
-
-    for term in _split_terms(text):
-        if m := _LABEL_EQ.match(term):
-            key, op, value = m.groups()
-
-            def eq(obj: JsonObject, key: str = key, value: str = value, negate: bool = op == "!=") -> bool:
-                return (labels(obj).get(key) == value) != negate
-
-            out.append(eq)
-        elif m := _LABEL_SET.match(term):
-            key, op, raw = m.groups()
-            values = frozenset(v.strip() for v in raw.split(","))
-
-            def member(
-                obj: JsonObject, key: str = key, values: frozenset[str] = values, negate: bool = op == "notin"
-            ) -> bool:
-                return (labels(obj).get(key) in values) != negate
-
-            out.append(member)
-        elif m := _LABEL_EXISTS.match(term):
-            bang, key = m.groups()
-
-            def exists(obj: JsonObject, key: str = key, negate: bool = bang == "!") -> bool:
-                return (key in labels(obj)) != negate
-
-            out.append(exists)
-        else:
-            raise _bad_request(f"unable to parse requirement: {term.strip()!r}: invalid label selector")
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,12 +404,15 @@ class KubeApiServer:
         self._authorize("list", resource, namespace, None)
         if query.get("watch") in ("true", "1"):
             raise _bad_request("watch is not supported by the gpuwatch simulated API server")
-        predicates = parse_field_selector(query.get("fieldSelector", ""), resource)
-        predicates += parse_label_selector(query.get("labelSelector", ""))
+        try:
+            predicates = parse_field_selector(query.get("fieldSelector", ""), _RESOURCES[resource].fields)
+            predicates += parse_label_selector(query.get("labelSelector", ""))
+        except SelectorError as e:
+            raise _bad_request(str(e)) from e
         items = [
             obj
             for obj in self._objects[resource]
-            if (namespace is None or _field_value(obj, "metadata.namespace") == namespace)
+            if (namespace is None or field_value(obj, "metadata.namespace") == namespace)
             and all(p(obj) for p in predicates)
         ]
         limit = _limit(query.get("limit", ""))

@@ -56,28 +56,9 @@ def self_signed(hosts: Sequence[str], *, now: datetime | None = None) -> ServerC
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpuwatch simulated cluster CA")])
     ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(_serial())
-        .not_valid_before(now - timedelta(hours=1))
-        .not_valid_after(now + _VALID)
+        _builder(ca_name, ca_name, ca_key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -88,29 +69,11 @@ def self_signed(hosts: Sequence[str], *, now: datetime | None = None) -> ServerC
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             names.append(x509.DNSName(host))
+    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(_serial())
-        .not_valid_before(now - timedelta(hours=1))
-        .not_valid_after(now + _VALID)
+        _builder(server_name, ca_name, key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(
@@ -127,5 +90,31 @@ def self_signed(hosts: Sequence[str], *, now: datetime | None = None) -> ServerC
     )
 
 
-def _serial() -> int:
-    return secrets.randbits(63) | 1
+def _builder(
+    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, now: datetime
+) -> x509.CertificateBuilder:
+    """A certificate valid from an hour ago for _VALID, with a random serial number."""
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(secrets.randbits(63) | 1)
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + _VALID)
+    )
+
+
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """Digital signature (ECDHE key exchange), and certificate/CRL signing for the CA only."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
