@@ -88,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=("auto", "history", "raw"),
         default="auto",
         help="history: gpuwatch's own gpuwatch_* series; raw: recompute from DCGM series and the API "
-        "server; auto (default): history for windows over 2 days when those series exist",
+        "server; auto (default): history when the window holds more GPU-samples (GPUs × samples) than "
+        "views.raw_max_gpu_samples (1,000,000) and those series exist",
     )
     report.set_defaults(handler=_cmd_report)
 
@@ -279,6 +280,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from gpuwatch.history import NoHistoryError, read_history, wants_history
     from gpuwatch.report import SOURCE_HISTORY, SOURCE_RAW, Report, build_history_report, build_report, render
+    from gpuwatch.views.reader import prefers_recorded
 
     if args.demo:
         from gpuwatch.service import demo_end
@@ -291,7 +293,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         window = _report_window(args, service.now())
     report: Report | None = None
     source = SOURCE_HISTORY
-    if wants_history(args.source, window, demo=args.demo):
+    if wants_history(args.source, demo=args.demo, costly=lambda: prefers_recorded(service, window)):
         try:
             history = read_history(service.settings, window)
             report = build_history_report(history, health=_health_events(service, window))

@@ -29,12 +29,20 @@ class KubernetesSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ViewSettings:
+    # Windows holding more GPU-samples (GPUs × samples) than this are read from recorded gpuwatch_*
+    # history instead of recomputed from DCGM samples (0: always history where Prometheus holds it).
+    raw_max_gpu_samples: int = 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     teams: TeamRules = field(default_factory=TeamRules)
     pricing: PriceBook = field(default_factory=PriceBook)
     idle: IdleParams = field(default_factory=IdleParams)
+    views: ViewSettings = field(default_factory=ViewSettings)
 
 
 # Flat names shared by flags, environment (GPUWATCH_<NAME upper>) and the YAML file (section.key).
@@ -44,6 +52,7 @@ _FLAT_KEYS = {
     "prometheus_ca_file": ("prometheus", "ca_file"),
     "kubeconfig": ("kubernetes", "kubeconfig"),
     "context": ("kubernetes", "context"),
+    "raw_max_gpu_samples": ("views", "raw_max_gpu_samples"),
 }
 
 _SCHEMA: dict[str, dict[str, str]] = {
@@ -52,6 +61,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "teams": {"pod_label_keys": "str_list", "namespace_label_keys": "str_list", "namespaces": "str_map"},
     "pricing": {"default_usd_per_gpu_hour": "price", "products": "price_map"},
     "idle": {"threshold": "ratio", "window": "duration"},
+    "views": {"raw_max_gpu_samples": "count"},
 }
 
 
@@ -127,6 +137,14 @@ def _check(name: str, kind: str, value: Any) -> Any:
         if kind == "ratio" and value > 1:
             raise ConfigError(f"config: {name} must be a ratio in [0, 1], got {value}")
         return float(value)
+    if kind == "count":
+        try:
+            count = int(str(value).replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"config: {name} must be a whole number, got {value!r}") from None
+        if count < 0 or isinstance(value, bool):
+            raise ConfigError(f"config: {name} must be a whole number ≥ 0, got {value!r}")
+        return count
     if kind == "str_list":
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"config: {name} must be a list of strings")
@@ -164,4 +182,5 @@ def _build(v: Mapping[str, Any]) -> Settings:
             threshold_ratio=pick("idle.threshold", 0.05),
             window_seconds=int(pick("idle.window", 1800)),
         ),
+        views=ViewSettings(raw_max_gpu_samples=pick("views.raw_max_gpu_samples", 1_000_000)),
     )

@@ -1,7 +1,7 @@
 """Long-window reports from gpuwatch's own low-cardinality gpuwatch_* series (SPEC §4.3), no raw DCGM."""
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,9 @@ from gpuwatch.sources.prometheus import (
 )
 from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
 
-# `gpuwatch report --source auto` reads history for windows longer than this (SPEC §4.3: long ranges).
-AUTO_HISTORY_AFTER_SECONDS = 2 * 86_400
 SECONDS_PER_HOUR = 3600.0
 EPSILON_GE = 1e-9
+PARTIAL_PIECE_RATIO = 0.99  # a piece whose exporter samples cover less than this is named in warnings
 POD_KEYS = POD_HISTORY_LABELS
 WORKLOAD_KEYS = ("namespace", "pod", "team")
 
@@ -48,14 +47,15 @@ class History:
     sample_seconds: float  # the exporter's mean sample interval where it left samples (NaN: nowhere)
 
 
-def wants_history(source: str, window: Window, *, demo: bool = False) -> bool:
-    """Whether `--source` (history, raw or auto) asks for the history path for this window."""
+def wants_history(source: str, *, demo: bool = False, costly: Callable[[], bool] = lambda: False) -> bool:
+    """Whether `--source` (history, raw or auto) asks for the history path; auto asks `costly()`, whether
+    the window holds too many GPU-samples for the raw path (views.reader.prefers_recorded)."""
     if source not in ("history", "raw", "auto"):
         raise ConfigError(f"--source must be history, raw or auto, got {source!r}")
     if source == "history" and demo:
         raise ConfigError("the simulated fleet keeps no Prometheus history: use --source raw with --demo")
     if source == "auto":
-        return not demo and window.duration_seconds > AUTO_HISTORY_AFTER_SECONDS
+        return not demo and costly()
     return source == "history"
 
 
@@ -75,27 +75,102 @@ def read_history(
             )
         prometheus = PrometheusSource.from_settings(settings.prometheus)
     try:
-        pieces = exporter_samples(prometheus, window, piece_seconds=piece_seconds)
-        if not (pieces["samples"] > 0).any():
-            raise NoHistoryError(
-                f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
-                f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
-            )
-        sums = history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces)
+        sums = read_sums(prometheus, window, piece_seconds=piece_seconds)
         return assemble(sums, window=window, settings=settings, source_warnings=prometheus.take_warnings())
     finally:
         if own:
             prometheus.close()
 
 
+def read_sums(
+    prometheus: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
+) -> HistorySums:
+    """history_sums() of the window; NoHistoryError when Prometheus holds no gpuwatch_* samples in it."""
+    pieces = exporter_samples(prometheus, window, piece_seconds=piece_seconds)
+    if not (pieces["samples"] > 0).any():
+        raise NoHistoryError(
+            f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
+            f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
+        )
+    return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces)
+
+
+def scope_sums(
+    sums: HistorySums, *, teams: Sequence[str] = (), pools: Sequence[str] | None = None
+) -> HistorySums:
+    """The sums narrowed to teams and pools, as the raw path's filters narrow an analysis: pods, pending
+    pods and team series to the teams; pool, node and pod series to the pools. Under a team filter the
+    pool ledger holds the teams' own GE only (allocated unknown, idle, active, from their pods' series);
+    under a pool filter the team series are rebuilt from the pods in those pools. pools=None: all."""
+    if not teams and pools is None:
+        return sums
+
+    def keep(frame: pd.DataFrame) -> pd.DataFrame:
+        mask = pd.Series(True, index=frame.index)
+        if teams and "team" in frame:
+            mask &= frame["team"].isin(teams)
+        if pools is not None and "pool" in frame:
+            mask &= frame["pool"].isin(pools)
+        return frame[mask].reset_index(drop=True)
+
+    narrowed = {f.name: keep(getattr(sums, f.name)) for f in fields(sums) if f.name != "pieces"}
+    nodes = set(narrowed["nodes_now"]["node"])
+    for name in ("capacity_sum", "reporting_sum"):
+        frame = narrowed[name]
+        narrowed[name] = frame if pools is None else frame[frame["node"].isin(nodes)].reset_index(drop=True)
+    pods = {k: narrowed[k] for k in ("pod_allocated", "pod_idle", "pod_unknown", "pod_used")}
+    if teams:
+        narrowed["pool_states"] = _allocated_states(pods, ("pool",))
+    if pools is not None:
+        narrowed["team_states"] = _allocated_states(pods, ("team",))
+        narrowed["team_used"] = _grouped(pods["pod_used"], ("team",))
+        price = _piece_prices(sums)
+        for name, family in (("team_cost", "pod_allocated"), ("team_idle_cost", "pod_idle")):
+            frame = pods[family].merge(price, on=["piece", "pool"], how="left")
+            priced = frame.assign(value=frame["value"] * frame["usd_per_gpu_hour"])
+            narrowed[name] = _grouped(priced, ("team",))
+    return HistorySums(pieces=sums.pieces, **narrowed)
+
+
+def _grouped(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Σ value per piece and keys."""
+    return frame.groupby(["piece", *keys], as_index=False, sort=True).agg(value=("value", "sum"))
+
+
+def _allocated_states(pods: Mapping[str, pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
+    """piece, keys, state, value: the pods' GE per allocated state (active = allocated − idle − unknown)."""
+    allocated = _grouped(pods["pod_allocated"], keys).set_index(["piece", *keys])["value"]
+    idle = _grouped(pods["pod_idle"], keys).set_index(["piece", *keys])["value"]
+    unknown = _grouped(pods["pod_unknown"], keys).set_index(["piece", *keys])["value"]
+    idle, unknown = idle.reindex(allocated.index).fillna(0.0), unknown.reindex(allocated.index).fillna(0.0)
+    active = (allocated - idle - unknown).clip(lower=0.0)
+    states = {"allocated_unknown": unknown, "allocated_idle": idle, "allocated_active": active}
+    parts = [v.rename("value").reset_index().assign(state=state) for state, v in states.items()]
+    return pd.concat(parts, ignore_index=True)[["piece", *keys, "state", "value"]]
+
+
+def _piece_prices(sums: HistorySums) -> pd.DataFrame:
+    """piece, pool, usd_per_gpu_hour: each pool's published price averaged over the piece."""
+    keys = ["piece", "pool"]
+    total = sums.price_sum.set_index(keys)["value"]
+    count = sums.price_count.set_index(keys)["value"].reindex(total.index)
+    return (total / count.where(count > 0)).rename("usd_per_gpu_hour").reset_index()
+
+
 def assemble(
-    sums: HistorySums, *, window: Window, settings: Settings, source_warnings: Sequence[str] = ()
+    sums: HistorySums,
+    *,
+    window: Window,
+    settings: Settings,
+    source_warnings: Sequence[str] = (),
+    gaps: Sequence[str] | None = None,
 ) -> History:
     """Turn per-piece sums into GE-hours and dollars per fleet, team, namespace, workload and pool.
 
     A sum over a piece times the piece's sample interval (its length / the exporter's cycles in it) is
     GE-hours: every sample stands for an equal share of its piece, as a raw sample stands for `step`.
-    A piece without exporter samples adds nothing and is named in coverage.warnings. Money uses the
+    A piece without exporter samples adds nothing and is named in coverage.warnings, as is one covered
+    in part (or `gaps`, finer lines of the same, say the buckets a view draws). Money uses the
     prices the exporter published (each pool's time average), the price book's where a pool has none.
     """
     hours = _Hours(sums.pieces)
@@ -143,7 +218,7 @@ def assemble(
     pools = _pools(sums, hours, pool_hours, workloads)
     pools["usd_per_gpu_hour"] = price_of(pools["pool"])
     step = window.step_seconds
-    warnings = [*source_warnings, *_gap_warnings(sums.pieces)]
+    warnings = [*source_warnings, *(gap_warnings(sums.pieces, partial=True) if gaps is None else gaps)]
     default = settings.pricing.default_usd_per_gpu_hour
     warnings += [
         f"unknown product {p or '(none)'} priced at default ${default:.2f}/GPU-hour"
@@ -191,6 +266,10 @@ class _Hours:
     def __init__(self, pieces: pd.DataFrame) -> None:
         covered = pieces[pieces["samples"] > 0]
         interval = covered["seconds"].to_numpy() / covered["samples"].to_numpy()
+        if "resolution_seconds" in covered:
+            # A piece the exporter covered only in part: its samples stand for one grid interval each,
+            # so the hours without history count nowhere instead of being stretched over the piece.
+            interval = np.minimum(interval, covered["resolution_seconds"].to_numpy(dtype=np.float64))
         self.per_sample = pd.Series(interval / SECONDS_PER_HOUR, index=covered["piece"].to_numpy())
         total = float(covered["samples"].sum())
         self.sample_seconds = float(covered["seconds"].sum()) / total if total else float("nan")
@@ -357,9 +436,11 @@ def _pending(sums: HistorySums) -> pd.DataFrame:
     )
 
 
-def _gap_warnings(pieces: pd.DataFrame) -> list[str]:
-    """One line per run of pieces without exporter samples: those hours count nowhere."""
+def gap_warnings(pieces: pd.DataFrame, *, partial: bool = False) -> list[str]:
+    """One line per run of pieces without exporter samples (those hours count nowhere) and, with
+    `partial`, one per piece whose samples cover less than PARTIAL_PIECE_RATIO of it."""
     missing = (pieces["samples"] <= 0).to_numpy()
+    starts = pieces["end"] - pd.to_timedelta(pieces["seconds"], unit="s")
     warnings = []
     k = 0
     while k < len(pieces):
@@ -370,11 +451,18 @@ def _gap_warnings(pieces: pd.DataFrame) -> list[str]:
         while k < len(pieces) and missing[k]:
             k += 1
         seconds = float(pieces["seconds"].iloc[first:k].sum())
-        start = pieces["end"].iloc[first] - pd.Timedelta(seconds=float(pieces["seconds"].iloc[first]))
         warnings.append(
-            f"no gpuwatch_* samples from {_iso(start)} to {_iso(pieces['end'].iloc[k - 1])} "
+            f"no gpuwatch_* samples from {_iso(starts.iloc[first])} to {_iso(pieces['end'].iloc[k - 1])} "
             f"({seconds / SECONDS_PER_HOUR:g} h): those hours are in no sum of this report"
         )
+    if partial and "resolution_seconds" in pieces:
+        covered = pieces["samples"] * pieces["resolution_seconds"] / pieces["seconds"]
+        short = (covered > 0) & (covered < PARTIAL_PIECE_RATIO)
+        warnings += [
+            f"gpuwatch_* samples cover only {share:.0%} of {_iso(start)} to {_iso(end)}: the hours without "
+            "them are in no sum of this report"
+            for share, start, end in zip(covered[short], starts[short], pieces["end"][short], strict=True)
+        ]
     return warnings
 
 

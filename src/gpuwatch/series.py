@@ -39,6 +39,8 @@ HELP = {
     "gpuwatch_team_used_gpus": "GPU-equivalents of the team actually busy: sum of utilization x GE share.",
     "gpuwatch_pool_gpus": "GPU-equivalents of the pool in each ledger state.",
     "gpuwatch_pool_fragmentation_ratio": "FGD fragmentation ratio of the pool (Weng et al., ATC'23).",
+    "gpuwatch_pool_fragmented_gpus": "Free GPU-equivalents of the pool that are fragmented (FGD).",
+    "gpuwatch_pool_schedulable_free_gpus": "Free GPU-equivalents on the pool's ready, schedulable nodes.",
     "gpuwatch_pool_largest_free_block_gpus": "Largest GPU request one schedulable node of the pool can take.",
     "gpuwatch_pool_price_usd_per_gpu_hour": "Price per GPU-hour of the pool's product.",
     "gpuwatch_team_cost_usd_per_hour": "Allocated GPU-equivalents of the team times their price.",
@@ -234,6 +236,11 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             per_pool.rename(columns={"fragmentation_ratio": "value"}),
         )
     )
+    for name, column in (
+        ("gpuwatch_pool_fragmented_gpus", "fragmented_ge"),
+        ("gpuwatch_pool_schedulable_free_gpus", "schedulable_free_ge"),
+    ):
+        families.append(Family(name, HELP[name], ("pool",), per_pool.rename(columns={column: "value"})))
     free = analysis.free
     if last_only:
         free = free[free["timestamp"] == free["timestamp"].max()] if len(free) else free

@@ -92,6 +92,10 @@ class FleetSources(Protocol):
 
     def history_start(self) -> datetime | None: ...
 
+    def recorded(self) -> PrometheusSource | None:
+        """Where gpuwatch's own gpuwatch_* history can be read (None: nowhere, the raw path only)."""
+        ...
+
 
 class LiveSources:
     """Prometheus (DCGM and gpuwatch's own history) and the Kubernetes API server."""
@@ -122,6 +126,9 @@ class LiveSources:
     def history_start(self) -> datetime | None:
         return None  # Prometheus' retention decides; coverage says what is missing
 
+    def recorded(self) -> PrometheusSource | None:
+        return self.prometheus
+
 
 class SimulatedSources:
     """The simulated fleet behind the FleetSources interface (the demo)."""
@@ -147,6 +154,9 @@ class SimulatedSources:
 
     def history_start(self) -> datetime | None:
         return self.fleet.window.start
+
+    def recorded(self) -> PrometheusSource | None:
+        return None  # the simulated fleet keeps no Prometheus history
 
 
 class FleetService:

@@ -13,6 +13,7 @@ one step: history has the wait as the exporter's latest cycle published it, the 
 """
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -194,7 +195,9 @@ def test_a_window_without_gpuwatch_series_has_no_history(fleet: SimulatedFleet, 
         read_history(settings, before)
 
 
-def _cli(prom: BackfilledPrometheus, kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(
+    prom: BackfilledPrometheus, kubeconfig: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -210,17 +213,20 @@ def _cli(prom: BackfilledPrometheus, kubeconfig: str, *args: str) -> subprocess.
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, **(env or {})},
     )
 
 
-def test_cli_auto_reads_history_for_long_windows(
+def test_cli_auto_reads_history_when_the_window_holds_many_gpu_samples(
     prom: BackfilledPrometheus, kubeconfig: str, fleet: SimulatedFleet, history: Report
 ) -> None:
     # Three days ending with the simulated one: the two days before it have no gpuwatch_* samples. No
-    # config: history prices with what the exporter published and needs no team map.
+    # config: history prices with what the exporter published and needs no team map. 80 GPUs × 4320
+    # samples = 345,600 GPU-samples: over a limit of 300,000, under the default 1,000,000.
     start = (fleet.window.end - timedelta(days=3)).isoformat()
     end = fleet.window.end.isoformat()
-    result = _cli(prom, kubeconfig, "--start", start, "--end", end, "--format", "json")
+    low = {"GPUWATCH_RAW_MAX_GPU_SAMPLES": "300000"}
+    result = _cli(prom, kubeconfig, "--start", start, "--end", end, "--format", "json", env=low)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     jsonschema.validate(report, json_schema())
@@ -234,9 +240,11 @@ def test_cli_auto_reads_history_for_long_windows(
         f"no gpuwatch_* samples from {start[:19]}Z to {fleet.window.start.isoformat()[:19]}Z (48 h): "
         "those hours are in no sum of this report"
     ]
-    table = _cli(prom, kubeconfig, "--start", start, "--end", end, "--source", "auto")
+    table = _cli(prom, kubeconfig, "--start", start, "--end", end, "--source", "auto", env=low)
     assert table.returncode == 0, table.stderr
     assert "source: history (gpuwatch_* series" in table.stdout
+    day = ("--start", fleet.window.start.isoformat(), "--end", end)  # 115,200 GPU-samples
+    assert "source: raw" in _cli(prom, kubeconfig, *day, "--source", "auto", env=low).stdout
 
 
 def test_cli_source_history_and_its_absence(

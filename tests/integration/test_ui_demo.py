@@ -17,7 +17,7 @@ from gpuwatch.report import Report, build_report
 from gpuwatch.service import FleetService
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
-from gpuwatch.ui.data import team_changes
+from gpuwatch.views.base import team_changes
 from tests.integration.browser import browser_page, screenshot, settle, table_rows, wait_for_location
 from tests.integration.ui_server import serve_app
 

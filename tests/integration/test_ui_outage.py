@@ -50,6 +50,9 @@ class FlakySources:
     def history_start(self) -> datetime | None:
         return self.inner.history_start()
 
+    def recorded(self) -> None:
+        return None
+
     def gpu_health(self, window: Window) -> pd.DataFrame:
         self._check()
         return health_samples(self.inner, window)

@@ -33,6 +33,8 @@ LABELS = {
     "pod_idle_since": POD,
     "fragmentation_sum": ("pool",),
     "fragmentation_count": ("pool",),
+    "fragmented_sum": ("pool",),
+    "free_sum": ("pool",),
     "price_sum": ("pool",),
     "price_count": ("pool",),
     "capacity_sum": ("node",),
@@ -296,24 +298,22 @@ def test_window_pieces() -> None:
 
 
 @pytest.mark.parametrize(
-    ("source", "days", "demo", "expected"),
+    ("source", "costly", "demo", "expected"),
     [
-        ("auto", 2.0, False, False),
-        ("auto", 2.5, False, True),
-        ("auto", 30.0, True, False),
-        ("history", 0.1, False, True),
-        ("raw", 30.0, False, False),
+        ("auto", False, False, False),
+        ("auto", True, False, True),
+        ("auto", True, True, False),
+        ("history", False, False, True),
+        ("raw", True, False, False),
     ],
 )
-def test_wants_history(source: str, days: float, demo: bool, expected: bool) -> None:
-    end = datetime(2026, 11, 20, tzinfo=UTC)
-    window = Window(start=end - pd.Timedelta(days=days), end=end)
-    assert wants_history(source, window, demo=demo) is expected
+def test_wants_history(source: str, costly: bool, demo: bool, expected: bool) -> None:
+    assert wants_history(source, demo=demo, costly=lambda: costly) is expected
 
 
 def test_history_of_the_demo_is_a_usage_error() -> None:
     with pytest.raises(ConfigError, match="--source raw"):
-        wants_history("history", WINDOW, demo=True)
+        wants_history("history", demo=True)
 
 
 QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [

@@ -22,9 +22,12 @@ ALLOWED = {
     "history": BASE | {"sources", "series", "service"},
     "report": BASE | {"service", "history"},
     "exporter": BASE | {"service", "series"},
-    # ui shows the report's numbers (build_report) and prices series use; never sources or analytics.
-    "ui": BASE | {"service", "report", "series"},
-    "cli": BASE | {"service", "history", "report", "exporter", "ui"},
+    # views answer a window on one of two read paths: raw (service) or recorded history (history, and
+    # the PromQL reads of sources.prometheus); the service's sources say whether history exists.
+    "views": BASE | {"service", "history", "report", "series", "sources"},
+    # ui draws views and shows the report's numbers; never sources or analytics.
+    "ui": BASE | {"service", "report", "views"},
+    "cli": BASE | {"service", "history", "report", "exporter", "ui", "views"},
     "__main__": {"cli"},
     "__init__": set(),
 }

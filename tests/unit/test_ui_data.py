@@ -1,4 +1,5 @@
-"""The UI's data layer: bucketing, filtering an analysis, and serving the last good view in an outage."""
+"""The UI's data layer and the raw views under it: bucketing, filtering an analysis, and serving the last
+good view in an outage."""
 
 import math
 from datetime import UTC, datetime, timedelta
@@ -14,8 +15,10 @@ from gpuwatch.service import FleetService
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui.components import change, points
-from gpuwatch.ui.data import ViewStore, bucketed, filter_analysis
+from gpuwatch.ui.data import ViewStore
 from gpuwatch.ui.filters import CUSTOM, Filters
+from gpuwatch.views.base import Scope, bucketed
+from gpuwatch.views.raw import filter_analysis
 
 START = datetime(2026, 11, 19, tzinfo=UTC)
 
@@ -43,17 +46,17 @@ def test_no_filter_is_the_analysis_itself_and_a_team_filter_keeps_the_teams_own(
     service: FleetService,
 ) -> None:
     analysis = service.analysis(service.window(days=1))
-    assert filter_analysis(analysis, Filters()) is analysis
+    assert filter_analysis(analysis, Scope()) is analysis
     report = build_report(analysis)
     vision = next(t for t in report["teams"] if t["team"] == "vision")
-    scoped = build_report(filter_analysis(analysis, Filters(teams=("vision",))))
+    scoped = build_report(filter_analysis(analysis, Scope(teams=("vision",))))
     assert [t["team"] for t in scoped["teams"]] == ["vision"]
     assert scoped["teams"][0] == vision
     # The ledger of a team view is the team's own allocation: its idle dollars are the team's waste.
     assert scoped["fleet"]["waste_usd"] == pytest.approx(vision["waste_usd"])
     assert scoped["fleet"]["cost_usd"] == pytest.approx(vision["cost_usd"])
     assert scoped["fleet"]["ledger_gpu_hours"]["unallocated"] == 0.0
-    pool = build_report(filter_analysis(analysis, Filters(pools=("NVIDIA-L4",))))
+    pool = build_report(filter_analysis(analysis, Scope(pools=("NVIDIA-L4",))))
     assert [p["pool"] for p in pool["pools"]] == ["NVIDIA-L4"]
     assert pool["fleet"]["gpus"] == 8
     assert {w["pool"] for w in pool["workloads"]} == {"NVIDIA-L4"}
@@ -131,6 +134,9 @@ class HandSources:
         return START + timedelta(hours=4)
 
     def history_start(self) -> datetime | None:
+        return None
+
+    def recorded(self) -> None:
         return None
 
 

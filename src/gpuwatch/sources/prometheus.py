@@ -661,6 +661,8 @@ class HistorySums:
     pod_idle_since: pd.DataFrame  # ... idle-since epoch seconds at the last sample that had one
     fragmentation_sum: pd.DataFrame  # pool: Σ fragmentation ratio
     fragmentation_count: pd.DataFrame  # pool: samples of the ratio
+    fragmented_sum: pd.DataFrame  # pool: Σ fragmented GE (empty from exporters before it was published)
+    free_sum: pd.DataFrame  # pool: Σ schedulable free GE
     price_sum: pd.DataFrame  # pool: Σ USD per GPU-hour
     price_count: pd.DataFrame  # pool: samples of the price
     capacity_sum: pd.DataFrame  # node: Σ physical GPUs
@@ -759,6 +761,7 @@ def history_sums(
         return lambda s: build(range_seconds=s, resolution_seconds=r, **kwargs)
 
     frag, price = promql.POOL_MEAN_METRICS
+    fragmented, free = promql.POOL_GE_METRICS
     capacity, reporting = promql.NODE_SUM_METRICS
     allocation, idle, used, unknown = promql.POD_SUM_METRICS
     return HistorySums(
@@ -777,6 +780,8 @@ def history_sums(
         pod_idle_since=each(team(promql.pod_idle_since_last_query), _POD),
         fragmentation_sum=each(pool(frag, count=False), ("pool",)),
         fragmentation_count=each(pool(frag, count=True), ("pool",)),
+        fragmented_sum=each(pool(fragmented, count=False), ("pool",)),
+        free_sum=each(pool(free, count=False), ("pool",)),
         price_sum=each(pool(price, count=False), ("pool",)),
         price_count=each(pool(price, count=True), ("pool",)),
         capacity_sum=each(node(capacity), ("node",)),
@@ -786,6 +791,94 @@ def history_sums(
         pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
         pending_waiting_now=now(promql.pending_pod_waiting_latest_query(), promql.PENDING_LABELS),
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryTimeline:
+    """gpuwatch's own series summed per bucket of a window (pieces of `bucket` seconds), for drawing:
+    frames as in HistorySums (piece = bucket), low-cardinality families only (pool, team)."""
+
+    pieces: pd.DataFrame  # piece, end, seconds, resolution_seconds, samples (grid points published)
+    pool_states: pd.DataFrame  # pool, state: Σ GE
+    team_states: pd.DataFrame  # team, state: Σ GE
+    team_used: pd.DataFrame  # team: Σ busy GE
+    fragmentation_sum: pd.DataFrame  # pool: Σ fragmentation ratio
+    fragmentation_count: pd.DataFrame  # pool: samples of the ratio
+    fragmented_sum: pd.DataFrame  # pool: Σ fragmented GE
+    free_sum: pd.DataFrame  # pool: Σ schedulable free GE
+
+
+def history_timeline(source: PrometheusSource, window: Window, *, bucket_seconds: int) -> HistoryTimeline:
+    """The pool and team series of the window per bucket: O(groups × buckets) rows, whatever the fleet."""
+    pieces = exporter_samples(source, window, piece_seconds=bucket_seconds)
+    r = int(pieces["resolution_seconds"].iloc[0]) if len(pieces) else DEFAULT_HISTORY_RESOLUTION_SECONDS
+
+    def each(build: Callable[[float], str], labels: Sequence[str]) -> pd.DataFrame:
+        return _piecewise(source, build, window, bucket_seconds, labels)
+
+    def pool(metric: str, count: bool = False) -> Callable[[float], str]:
+        return lambda s: promql.pool_sum_query(metric, range_seconds=s, resolution_seconds=r, count=count)
+
+    ratio = promql.POOL_MEAN_METRICS[0]
+    fragmented, free = promql.POOL_GE_METRICS
+    return HistoryTimeline(
+        pieces=pieces,
+        pool_states=each(
+            lambda s: promql.pool_state_gpus_sum_query(range_seconds=s, resolution_seconds=r),
+            ("pool", "state"),
+        ),
+        team_states=each(
+            lambda s: promql.team_state_gpus_sum_query(range_seconds=s, resolution_seconds=r),
+            ("team", "state"),
+        ),
+        team_used=each(
+            lambda s: promql.team_used_gpus_sum_query(range_seconds=s, resolution_seconds=r), ("team",)
+        ),
+        fragmentation_sum=each(pool(ratio), ("pool",)),
+        fragmentation_count=each(pool(ratio, count=True), ("pool",)),
+        fragmented_sum=each(pool(fragmented), ("pool",)),
+        free_sum=each(pool(free), ("pool",)),
+    )
+
+
+def team_pool_timeline(
+    source: PrometheusSource, window: Window, *, pieces: pd.DataFrame, teams: Sequence[str] = ()
+) -> dict[str, pd.DataFrame]:
+    """Per bucket of `pieces` (history_timeline's), team and pool: Σ GE of the pods' allocation, idle,
+    used and unknown families (only `teams`' pods when given), keyed by family name."""
+    bucket = int(pieces["seconds"].max()) if len(pieces) else int(window.duration_seconds)
+    r = int(pieces["resolution_seconds"].iloc[0]) if len(pieces) else DEFAULT_HISTORY_RESOLUTION_SECONDS
+
+    def summed(metric: str) -> Callable[[float], str]:
+        return lambda s: promql.team_pool_gpus_sum_query(
+            metric, range_seconds=s, resolution_seconds=r, teams=teams
+        )
+
+    return {
+        metric: _piecewise(source, summed(metric), window, bucket, ("team", "pool"))
+        for metric in promql.POD_SUM_METRICS
+    }
+
+
+def pods_by_node_now(
+    source: PrometheusSource, at: datetime, *, teams: Sequence[str] = ()
+) -> dict[str, pd.DataFrame]:
+    """team, pool, node, value: GE of the pods' allocation, idle, used and unknown families as the exporter
+    last published them (only `teams`' pods when given), keyed by family name."""
+    return {
+        metric: _labelled(
+            source.query(promql.pod_gpus_by_node_latest_query(metric, teams=teams), at=at),
+            ("team", "pool", "node"),
+        ).drop(columns="piece")
+        for metric in promql.POD_SUM_METRICS
+    }
+
+
+def node_states_now(source: PrometheusSource, at: datetime) -> pd.DataFrame:
+    """node, pool, state, value: GE of each node per ledger state as the exporter last published it."""
+    return _labelled(
+        source.query(promql.node_state_gpus_latest_query(), at=at), ("node", "pool", "state")
+    ).drop(columns="piece")
 
 
 def _piecewise(

@@ -197,6 +197,8 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_team_idle_cost_usd_per_hour": ("team",),
     "gpuwatch_pool_gpus": ("pool", "state"),
     "gpuwatch_pool_fragmentation_ratio": ("pool",),
+    "gpuwatch_pool_fragmented_gpus": ("pool",),
+    "gpuwatch_pool_schedulable_free_gpus": ("pool",),
     "gpuwatch_pool_largest_free_block_gpus": ("pool",),
     "gpuwatch_pool_price_usd_per_gpu_hour": ("pool",),
     "gpuwatch_pending_pod_gpus": (*PENDING_LABELS, "blocked_by"),
@@ -257,6 +259,8 @@ POD_SUM_METRICS = (
 )
 POD_LAST_METRICS = ("gpuwatch_pod_gpu_allocation", "gpuwatch_pod_gpu_idle")
 POOL_MEAN_METRICS = ("gpuwatch_pool_fragmentation_ratio", "gpuwatch_pool_price_usd_per_gpu_hour")
+# The fragmentation ratio's parts, summed over a window: Σ fragmented ÷ Σ free is the window's ratio.
+POOL_GE_METRICS = ("gpuwatch_pool_fragmented_gpus", "gpuwatch_pool_schedulable_free_gpus")
 NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting")
 
 
@@ -272,7 +276,12 @@ def range_duration(seconds: float) -> str:
 
 
 def _on_grid(
-    function: str, metric: str, seconds: float, resolution: int, within: str = "avg_over_time"
+    function: str,
+    metric: str,
+    seconds: float,
+    resolution: int,
+    within: str = "avg_over_time",
+    matchers: Sequence[Matcher] = (),
 ) -> str:
     """function over a subquery: one copy of the metric per grid interval (`within` reduces a publisher's
     samples in it), `seconds` back."""
@@ -280,7 +289,8 @@ def _on_grid(
         raise ConfigError(f"the history resolution must be at least 1s, got {resolution}s")
     # Prometheus before 3.0 closes ranges at both ends: 1 ms less puts a sample (or grid point) that falls
     # exactly on a boundary in one interval (piece), not two.
-    inner = one_copy(f"{within}({selector(metric)}[{range_duration(resolution - _MS)}])", metric)
+    samples = f"{selector(metric, matchers)}[{range_duration(resolution - _MS)}]"
+    inner = one_copy(f"{within}({samples})", metric)
     outer = f"[{range_duration(seconds - _MS)}:{resolution}s]"
     single = f"{function}(({inner}){outer})"
     if len(single) <= WIDTH:
@@ -414,6 +424,40 @@ def pod_gpus_sum_query(metric: str, *, range_seconds: float, resolution_seconds:
     return _summed(POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds)
 
 
+def team_pool_gpus_sum_query(
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    teams: Sequence[str] = (),
+) -> str:
+    """GE of pods (allocated, idle-allocated, busy or unknown) per team and pool, summed over the grid
+    points of the range: what a view scoped to teams or pools draws (only `teams`' pods when given).
+
+    The same for gpuwatch_pod_gpu_idle, _used and _unknown;
+    team_pool_gpus_sum_query("gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60,
+    teams=["nlp"]) is::
+
+        sum by (
+          team, pool
+        ) (
+          sum_over_time(
+            (
+              max by (
+                namespace, pod, team, node, pool
+              ) (
+                avg_over_time(gpuwatch_pod_gpu_idle{team=~"nlp"}[59999ms])
+              )
+            )[3599999ms:60s]
+          )
+        )
+    """
+    metric = _one_of_metrics(metric, POD_SUM_METRICS)
+    matchers = [one_of("team", teams)] if teams else []
+    body = _on_grid("sum_over_time", metric, range_seconds, resolution_seconds, matchers=matchers)
+    return _by("sum", ("team", "pool"), body)
+
+
 def pod_gpus_last_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
     """GE per pod (allocated or idle-allocated) at its last grid point in the range with a sample, one
     copy per series: after a failover the surviving replica's last word counts, not the dead one's.
@@ -460,10 +504,11 @@ def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int) 
 
 
 def pool_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int, count: bool = False) -> str:
-    """A per-pool ratio or price summed (or, count=True, counted) over the grid points of the range: its
-    time average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
+    """A per-pool ratio, price or GE summed (or, count=True, counted) over the grid points of the range:
+    its time average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
 
-    The same for gpuwatch_pool_price_usd_per_gpu_hour;
+    The same for gpuwatch_pool_price_usd_per_gpu_hour, gpuwatch_pool_fragmented_gpus and
+    gpuwatch_pool_schedulable_free_gpus;
     pool_sum_query("gpuwatch_pool_fragmentation_ratio", range_seconds=86400, resolution_seconds=60) and
     (count=True) are::
 
@@ -479,7 +524,7 @@ def pool_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int
           )[86399999ms:60s]
         )
     """
-    metric = _one_of_metrics(metric, POOL_MEAN_METRICS)
+    metric = _one_of_metrics(metric, (*POOL_MEAN_METRICS, *POOL_GE_METRICS))
     function = "count_over_time" if count else "sum_over_time"
     return _summed(("pool",), metric, function, range_seconds, resolution_seconds)
 
@@ -510,6 +555,32 @@ def node_capacity_latest_query() -> str:
     max by (node, pool) (gpuwatch_node_gpu_capacity)
     """
     return f"max by (node, pool) ({selector('gpuwatch_node_gpu_capacity')})"
+
+
+def node_state_gpus_latest_query() -> str:
+    """GE of each node per ledger state now (instant query).
+
+    max by (node, pool, state) (gpuwatch_node_gpus)
+    """
+    return one_copy(selector("gpuwatch_node_gpus"), "gpuwatch_node_gpus")
+
+
+def pod_gpus_by_node_latest_query(metric: str, *, teams: Sequence[str] = ()) -> str:
+    """GE of pods (allocated, idle-allocated, busy or unknown) per team, pool and node now (instant query;
+    only `teams`' pods when given).
+
+    The same for gpuwatch_pod_gpu_idle, _used and _unknown;
+    pod_gpus_by_node_latest_query("gpuwatch_pod_gpu_allocation", teams=["nlp"]) is::
+
+        sum by (
+          team, pool, node
+        ) (
+          max by (namespace, pod, team, node, pool, resource) (gpuwatch_pod_gpu_allocation{team=~"nlp"})
+        )
+    """
+    metric = _one_of_metrics(metric, POD_SUM_METRICS)
+    matchers = [one_of("team", teams)] if teams else []
+    return _by("sum", ("team", "pool", "node"), one_copy(selector(metric, matchers), metric))
 
 
 def largest_free_block_latest_query() -> str:

@@ -262,10 +262,12 @@ def _options(filters: Filters) -> tuple[list[str], list[str], list[str]]:
     pools, products, teams = set(filters.pools), set(filters.products), set(filters.teams)
     view = current_store().latest()
     if view is not None:
-        analysis = view.analysis
-        pools |= set(analysis.nodes["pool"])
-        products |= set(analysis.nodes["product"])
-        teams |= set(analysis.marked["team"].astype("str")) | set(analysis.pending["team"].astype("str"))
+        nodes = view.nodes()
+        pools |= set(nodes["pool"])
+        products |= set(nodes["product"])
+        teams |= {str(t["team"]) for t in view.report["teams"]} | {
+            str(p["team"]) for p in view.report["pending"]
+        }
     return sorted(pools), sorted(products), sorted(teams)
 
 

@@ -248,11 +248,32 @@ def coverage_banner(report: Mapping[str, Any] | None) -> html.Div | None:
     )
 
 
+def history_banner(view: View | None) -> html.Div | None:
+    """Names the stretches of the window without recorded history: drawn as gaps, counted nowhere."""
+    gaps = view.history_gaps() if view is not None else []
+    if not gaps:
+        return None
+    return html.Div(
+        [
+            html.Strong("History missing for part of the window."),
+            " ",
+            "; ".join(f"{g[0].upper()}{g[1:]}" for g in gaps[:3])
+            + (f"; and {len(gaps) - 3} more" if len(gaps) > 3 else ""),
+            ". The charts break there; no missing hour is counted as free or idle.",
+        ],
+        className="gw-banner",
+        role="status",
+        id="history-banner",
+    )
+
+
 def banners(outage: Outage | None, view: View | None) -> html.Div | None:
-    """The banners above a page: a failing source (stale data), and too little telemetry in the window."""
+    """The banners above a page: a failing source (stale data), too little telemetry in the window, and
+    stretches without recorded history."""
     shown = [
         banner(outage, view.window if view else None, view.computed_at if view else None),
         coverage_banner(view.report if view else None),
+        history_banner(view),
     ]
     present = [b for b in shown if b is not None]
     return html.Div(present) if present else None
@@ -267,7 +288,10 @@ def as_of(loaded: Loaded, filters: Filters) -> str:
     view = loaded.view
     if view is None:
         return f"{window_text(loaded.requested)} · no data" if loaded.requested else "no data"
-    text = f"{window_text(view.window)} · {filters.describe()} · computed {view.computed_at:%H:%M:%S} UTC"
+    text = (
+        f"{window_text(view.window)} · {filters.describe()} · {view.read_path.describe()} · "
+        f"computed {view.computed_at:%H:%M:%S} UTC"
+    )
     return text + (f" · the ledger shows the team's GPUs only ({NOT_PER_TEAM})" if filters.teams else "")
 
 

@@ -91,11 +91,7 @@ POOL_COLUMNS = [
 def pending_rows(view: View) -> list[dict[str, Any]]:
     """Pending GPU pods with how long they waited and what blocks them."""
     end = view.window.end
-    pending = view.analysis.pending
-    extra = {
-        (r["namespace"], r["pod"]): r
-        for r in records(pending[["namespace", "pod", "pool_free_ge", "largest_free_block_ge"]])
-    }
+    extra = {(r["namespace"], r["pod"]): r for r in records(view.pending_detail())}
     rows = []
     for p in view.report["pending"]:
         more = extra.get((p["namespace"], p["pod"]), {})
@@ -141,9 +137,7 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
     largest = max((p["largest_free_block"] for p in view.report["pools"]), default=0.0)
     pending = view.report["pending"]
     fragmented = sum(1 for p in pending if p["blocked_by"] == "fragmentation")
-    frag = view.analysis.per_pool
-    free_total = float(frag["schedulable_free_ge"].sum())
-    ratio = float(frag["fragmented_ge"].sum()) / free_total if free_total > 0 else 0.0
+    ratio = view.fragmentation_ratio()
     return [
         kpi("free GPUs now", num(free), "free-now", hint="on ready, schedulable nodes"),
         kpi("largest placeable request", num(largest), "largest", hint="GPUs on one node, any pool"),

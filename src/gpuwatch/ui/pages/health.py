@@ -76,7 +76,7 @@ def layout(**_query: str) -> html.Div:
 
 def gpu_table(view: View, health: pd.DataFrame) -> pd.DataFrame:
     """One row per physical GPU of the view's nodes (telemetry or not) with its health values and holders."""
-    nodes = view.analysis.nodes
+    nodes = view.nodes()
     units = health[health["node"].isin(nodes["node"])]
     holders = units[["uuid", "gpu_instance_id"]].merge(
         view.gpu_holders(), on=["uuid", "gpu_instance_id"], how="left"
@@ -151,7 +151,7 @@ def _cells(gpus: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def events(view: View, gpus: pd.DataFrame) -> pd.DataFrame:
     """Health events now (analytics.health.health_events) with the pods on each GPU."""
-    found = health_events(gpus[gpus["uuid"].notna()], view.analysis.nodes)
+    found = health_events(gpus[gpus["uuid"].notna()], view.nodes())
     pods = dict(zip(gpus["uuid"], gpus["holders"], strict=True))
     return found.assign(pods=[pods.get(u, "") if u else "" for u in found["uuid"]])
 
@@ -173,12 +173,9 @@ COVERAGE_COLUMNS = [
 
 
 def coverage_rows(view: View) -> pd.DataFrame:
-    frame = view.node_coverage()
-    coverage = frame["samples_reporting"].fillna(0) / view.window.n_samples
-    frame = frame.assign(coverage=coverage)
-    return frame[frame["coverage"] < 1].sort_values("coverage", ignore_index=True)[
-        ["node", "pool", "capacity_ge", "coverage"]
-    ]
+    frame = view.node_coverage().rename(columns={"coverage_ratio": "coverage"})
+    short: pd.DataFrame = frame[frame["coverage"] < 1].sort_values("coverage", ignore_index=True)
+    return short[["node", "pool", "capacity_ge", "coverage"]]
 
 
 def _coverage(view: View) -> html.Div:

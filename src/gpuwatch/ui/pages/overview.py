@@ -63,7 +63,7 @@ def layout(**_query: str) -> html.Div:
 
 def _kpis(view: View, filters: Filters) -> list[html.Div]:
     fleet = view.report["fleet"]
-    nodes = view.analysis.nodes
+    nodes = view.nodes()
     pending = view.report["pending"]
     return [
         kpi("GPUs", f"{fleet['gpus']}", "gpus", hint=f"on {len(nodes)} nodes"),

@@ -1,0 +1,237 @@
+"""The interface both read paths serve: a window under a scope, its report and the frames pages draw."""
+
+import math
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+import pandas as pd
+
+from gpuwatch.model import LEDGER_STATES, Window
+from gpuwatch.report import Report
+
+MAX_POINTS: Final = 480  # points per time series sent to the browser; samples are averaged into buckets
+STATE_COLUMNS: Final = [f"{s}_ge" for s in LEDGER_STATES]
+TEAM_TIMELINE_COLUMNS: Final = ["held_ge", "unknown_ge", "idle_ge", "active_ge", "used_ge"]
+MIN_TREND_COVERAGE: Final = 0.9
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """The part of the fleet a view shows: pools, products and teams (empty: all)."""
+
+    pools: tuple[str, ...] = ()
+    products: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
+
+    @property
+    def scoped(self) -> bool:
+        return bool(self.pools or self.products or self.teams)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadPath:
+    """Where a view's numbers come from and the resolution its time series are drawn at."""
+
+    recorded: bool  # gpuwatch_* history aggregated in PromQL; False: recomputed from DCGM samples
+    resolution_seconds: int
+    note: str = ""  # why this path, when it is not the one the window's cost asked for
+
+    def describe(self) -> str:
+        """ "from recorded history, 5 min resolution" / "recomputed from DCGM samples, 1 min resolution"."""
+        what = "from recorded history" if self.recorded else "recomputed from DCGM samples"
+        text = f"{what}, {duration_text(self.resolution_seconds)} resolution"
+        return f"{text} ({self.note})" if self.note else text
+
+
+def duration_text(seconds: float) -> str:
+    """ "45 s", "5 min", "1.5 h"."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:g} min"
+    return f"{seconds / 3600:g} h"
+
+
+def bucket_factor(window: Window) -> int:
+    """Samples of the window per drawn point: at most MAX_POINTS points per series."""
+    return max(1, math.ceil(window.n_samples / MAX_POINTS))
+
+
+def bucket_seconds(window: Window) -> int:
+    return window.step_seconds * bucket_factor(window)
+
+
+class FleetView(ABC):
+    """One window under one scope: its report (SPEC §4.2) and the frames the pages draw.
+
+    Every frame is O(groups × points drawn) or O(nodes); GE are GPU-equivalents, timelines are bucket
+    means (timestamp = bucket start). Both read paths return the same columns."""
+
+    def __init__(self, *, scope: Scope, report: Report, computed_at: datetime, read_path: ReadPath) -> None:
+        self.scope = scope
+        self.report = report
+        self.computed_at = computed_at
+        self.read_path = read_path
+        self._memo: dict[str, Any] = {}
+        self._memo_lock = threading.Lock()
+
+    @property
+    @abstractmethod
+    def window(self) -> Window: ...
+
+    @abstractmethod
+    def scoped(self, scope: Scope) -> "FleetView":
+        """This (whole-fleet) view narrowed to `scope`."""
+
+    @abstractmethod
+    def ledger_timeline(self) -> pd.DataFrame:
+        """timestamp and GE per ledger state (STATE_COLUMNS)."""
+
+    @abstractmethod
+    def team_timeline(self) -> pd.DataFrame:
+        """timestamp, team and TEAM_TIMELINE_COLUMNS: held GE, of it unknown (no telemetry), idle and
+        active, and used GE (utilization × GE where known)."""
+
+    @abstractmethod
+    def fragmentation_timeline(self) -> pd.DataFrame:
+        """timestamp, pool, fragmentation_ratio."""
+
+    @abstractmethod
+    def fragmentation_ratio(self) -> float:
+        """The window's fragmentation ratio over the scope's pools (0 when nothing was free)."""
+
+    @abstractmethod
+    def prices(self) -> dict[str, float]:
+        """USD per GPU-hour of every pool in the view."""
+
+    @abstractmethod
+    def state_usd(self) -> dict[str, float]:
+        """Dollars of each ledger state over the window (GE-hours × the pool's price)."""
+
+    @abstractmethod
+    def nodes(self) -> pd.DataFrame:
+        """The scope's GPU nodes now: node, pool, product, replicas, capacity_ge, allocatable_ge, ready,
+        schedulable."""
+
+    @abstractmethod
+    def nodes_now(self) -> pd.DataFrame:
+        """nodes() with GE per ledger state (STATE_COLUMNS) at the window's end, sorted by pool, node."""
+
+    @abstractmethod
+    def held_now(self) -> dict[str, float]:
+        """GE each team holds at the window's end."""
+
+    @abstractmethod
+    def held_at_end(self) -> set[tuple[str, str]]:
+        """(namespace, pod) of the workloads still holding GPUs at the window's end."""
+
+    @abstractmethod
+    def gpu_holders(self) -> pd.DataFrame:
+        """uuid, gpu_instance_id, holders ("namespace/pod (team)" joined): who holds each unit at the end."""
+
+    @abstractmethod
+    def node_coverage(self) -> pd.DataFrame:
+        """node, pool, capacity_ge, coverage_ratio: the share of the window the node's GPUs reported."""
+
+    @abstractmethod
+    def pending_detail(self) -> pd.DataFrame:
+        """namespace, pod, pool_free_ge, largest_free_block_ge of the pending GPU pods at the end."""
+
+    # -- shared ---------------------------------------------------------------------------------
+
+    def history_gaps(self) -> list[str]:
+        """One line per stretch of the window its read path has no record of (raw: none)."""
+        return []
+
+    def _cached(self, name: str, compute: Callable[[], T]) -> T:
+        with self._memo_lock:
+            if name in self._memo:
+                hit: T = self._memo[name]
+                return hit
+        value = compute()
+        with self._memo_lock:
+            self._memo[name] = value
+        return value
+
+    @property
+    def last_sample(self) -> pd.Timestamp:
+        """The start of the window's last sample (what "now" means in a view)."""
+        w = self.window
+        return pd.Timestamp(w.start) + pd.Timedelta(seconds=(w.n_samples - 1) * w.step_seconds)
+
+    def state_usd_total(self) -> float:
+        """Dollars of the whole capacity over the window."""
+        return sum(self.state_usd().values())
+
+    def allocated_now(self) -> float:
+        """GE allocated at the window's end."""
+        return sum(self.held_now().values())
+
+    def team_changes(self, previous: "FleetView") -> pd.DataFrame:
+        """Per team, the change since `previous`, the window just before this one (see team_changes)."""
+        return self._cached("team_changes", lambda: team_changes(self.report, previous.report))
+
+
+def bucketed(
+    frame: pd.DataFrame, window: Window, values: list[str], by: tuple[str, ...] = ()
+) -> pd.DataFrame:
+    """Per-sample totals averaged into at most MAX_POINTS buckets (a missing sample counts as 0).
+
+    `frame` holds rows per sample (and `by` group) whose `values` are summed per sample first; the
+    bucket's value is that sum averaged over every sample of the window in the bucket.
+    """
+    factor = bucket_factor(window)
+    width = pd.Timedelta(seconds=window.step_seconds * factor)
+    start = pd.Timestamp(window.start)
+    index = (frame["timestamp"] - start) // width
+    summed = frame.assign(bucket=index).groupby(["bucket", *by], as_index=False)[values].sum()
+    counts = pd.Series(range(window.n_samples)) // factor
+    per_bucket = counts.value_counts().sort_index()
+    summed[values] = summed[values].div(summed["bucket"].map(per_bucket).to_numpy(), axis=0)
+    summed.insert(0, "timestamp", start + summed["bucket"].astype("int64") * width)
+    return summed.drop(columns=["bucket"]).sort_values(["timestamp", *by], ignore_index=True)
+
+
+def team_changes(current: Report, previous: Report) -> pd.DataFrame:
+    """Per team of `current`, its change since `previous` (the window just before, of the same length).
+
+    Columns: team, allocated_gpu_hours_change_ratio (allocated GE-hours now ÷ before − 1: 0.12 is +12 %),
+    efficiency_change_ratio (efficiency now − before, in ratio units: 0.032 is +3.2 pp). NaN where the
+    team allocated nothing before or an efficiency is unknown: no data is never a change of 0. NaN for
+    every team when the window before is less than MIN_TREND_COVERAGE as well covered by telemetry as
+    this one (it reaches past the start of the data, say): a half-empty period is no baseline.
+    """
+    comparable = _covered(previous) >= MIN_TREND_COVERAGE * _covered(current)
+    before = {t["team"]: t for t in previous["teams"]} if comparable else {}
+    rows = []
+    for team in current["teams"]:
+        past = before.get(team["team"], {})
+        allocated_before = _known(past.get("allocated_gpu_hours"))
+        rows.append(
+            {
+                "team": team["team"],
+                "allocated_gpu_hours_change_ratio": (
+                    team["allocated_gpu_hours"] / allocated_before - 1 if allocated_before > 0 else math.nan
+                ),
+                "efficiency_change_ratio": _known(team["efficiency"]) - _known(past.get("efficiency")),
+            }
+        )
+    columns = ["team", "allocated_gpu_hours_change_ratio", "efficiency_change_ratio"]
+    return pd.DataFrame(rows, columns=columns).astype({c: "float64" for c in columns[1:]})
+
+
+def _covered(report: Report) -> float:
+    """Share of the expected GPU-samples present (0 when none were expected)."""
+    coverage = report["coverage"]
+    expected = coverage["gpu_samples_expected"]
+    return coverage["gpu_samples_present"] / expected if expected else 0.0
+
+
+def _known(value: float | None) -> float:
+    """A report number as a float: None (unknown) is NaN."""
+    return math.nan if value is None else float(value)

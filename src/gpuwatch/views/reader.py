@@ -1,0 +1,79 @@
+"""Which read path answers a window: raw while its GPU-samples are few, recorded history beyond."""
+
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+from gpuwatch.history import NoHistoryError, read_sums
+from gpuwatch.model import Window
+from gpuwatch.service import FleetService
+from gpuwatch.sources.prometheus import (
+    PrometheusSource,
+    history_timeline,
+    node_states_now,
+    pods_by_node_now,
+    team_pool_timeline,
+)
+from gpuwatch.views.base import FleetView, bucket_seconds
+from gpuwatch.views.raw import RawView
+from gpuwatch.views.recorded import Recorded, RecordedView
+
+
+def gpu_samples(gpus: float, window: Window) -> float:
+    """What the raw path would hold for the window: GPUs × samples."""
+    return gpus * window.n_samples
+
+
+def prefers_recorded(service: FleetService, window: Window) -> bool:
+    """Whether the window holds more GPU-samples than views.raw_max_gpu_samples (GPUs as the exporter
+    last published them) in sources that keep gpuwatch_* history."""
+    prometheus = service.sources.recorded()
+    if prometheus is None:
+        return False
+    gpus = float(node_states_now(prometheus, window.end)["value"].sum())
+    return gpu_samples(gpus, window) > service.settings.views.raw_max_gpu_samples
+
+
+def open_view(service: FleetService, window: Window, *, computed_at: datetime) -> FleetView:
+    """The whole-fleet view of a window on the path its cost asks for (prefers_recorded): recorded
+    history, or the raw path (which holds every GPU-sample in pandas); raw again, saying why, when
+    Prometheus holds no gpuwatch_* series for the window."""
+    prometheus = service.sources.recorded()
+    if prometheus is not None and prefers_recorded(service, window):
+        try:
+            return RecordedView(read_recorded(service, prometheus, window, computed_at=computed_at))
+        except NoHistoryError:
+            note = "no recorded gpuwatch_* history in the window"
+            return RawView(analysis=service.analysis(window), computed_at=computed_at, note=note)
+    return RawView(analysis=service.analysis(window), computed_at=computed_at)
+
+
+def read_recorded(
+    service: FleetService,
+    prometheus: PrometheusSource,
+    window: Window,
+    *,
+    computed_at: datetime,
+) -> Recorded:
+    """Everything a recorded view draws for the window, read once for the whole fleet (the scoped
+    timelines and pods at the end when a scope first asks, once per set of teams)."""
+    sums = read_sums(prometheus, window)
+    bucket = bucket_seconds(window)
+    timeline = history_timeline(prometheus, window, bucket_seconds=bucket)
+    step = window.step_seconds
+    present = service.analysis(
+        Window(start=window.end - timedelta(seconds=step), end=window.end, step_seconds=step)
+    )
+    return Recorded(
+        settings=service.settings,
+        window=window,
+        sums=sums,
+        timeline=timeline,
+        node_states=node_states_now(prometheus, window.end),
+        team_pools=lru_cache(maxsize=16)(
+            lambda teams: team_pool_timeline(prometheus, window, pieces=timeline.pieces, teams=teams)
+        ),
+        pods_now=lru_cache(maxsize=16)(lambda teams: pods_by_node_now(prometheus, window.end, teams=teams)),
+        present=present,
+        computed_at=computed_at,
+        source_warnings=tuple(prometheus.take_warnings()),
+    )

@@ -1,0 +1,304 @@
+"""The recorded read path: a view from gpuwatch's own gpuwatch_* history, aggregated in PromQL.
+
+Window sums (the report) and drawn timelines come from per-pool, per-team and per-pod series summed by
+Prometheus, so the process holds O(groups × points drawn); the present (nodes, who holds which GPU,
+pending pods) from one sample of the raw path at the window's end.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from gpuwatch.config import Settings
+from gpuwatch.history import assemble, gap_warnings, scope_sums
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
+from gpuwatch.report import build_history_report
+from gpuwatch.service import Analysis
+from gpuwatch.sources.prometheus import HistorySums, HistoryTimeline
+from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
+from gpuwatch.views.raw import holders
+
+# Pod families per ledger state of an allocated GE (active = allocation − idle − unknown).
+ALLOCATION, IDLE, USED, UNKNOWN = (
+    "gpuwatch_pod_gpu_allocation",
+    "gpuwatch_pod_gpu_idle",
+    "gpuwatch_pod_gpu_used",
+    "gpuwatch_pod_gpu_unknown",
+)
+TeamPools = Callable[[tuple[str, ...]], Mapping[str, pd.DataFrame]]  # teams -> family -> piece, team, pool
+PodsNow = Callable[[tuple[str, ...]], Mapping[str, pd.DataFrame]]  # teams -> family -> team, pool, node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recorded:
+    """What the recorded path read for one window, whole fleet; views narrow it to a scope."""
+
+    settings: Settings
+    window: Window
+    sums: HistorySums  # per day-piece sums: the report
+    timeline: HistoryTimeline  # per bucket sums: what is drawn
+    node_states: pd.DataFrame  # node, pool, state, value: GE per ledger state at the window's end
+    team_pools: TeamPools  # the pod families per bucket, team and pool, for scoped timelines
+    pods_now: PodsNow  # the pod families per team, pool and node at the window's end
+    present: Analysis  # one sample of the raw path at the window's end: nodes, holders, pending pods
+    computed_at: datetime
+    source_warnings: tuple[str, ...] = ()
+
+
+class RecordedView(FleetView):
+    """A window as gpuwatch_* series recorded it, narrowed to a scope."""
+
+    def __init__(self, recorded: Recorded, *, scope: Scope | None = None) -> None:
+        scope = scope or Scope()
+        self.recorded = recorded
+        nodes = recorded.present.nodes
+        self._pools = _scope_pools(scope, nodes)
+        self._nodes = nodes if self._pools is None else nodes[nodes["pool"].isin(self._pools)]
+        self._gaps_text = gap_warnings(recorded.timeline.pieces)
+        self.history = assemble(
+            scope_sums(recorded.sums, teams=scope.teams, pools=self._pools),
+            window=recorded.window,
+            settings=recorded.settings,
+            source_warnings=recorded.source_warnings,
+            gaps=self._gaps_text,
+        )
+        pieces = recorded.timeline.pieces
+        resolution = int(pieces["seconds"].max()) if len(pieces) else recorded.window.step_seconds
+        super().__init__(
+            scope=scope,
+            report=build_history_report(self.history),
+            computed_at=recorded.computed_at,
+            read_path=ReadPath(recorded=True, resolution_seconds=resolution),
+        )
+
+    @property
+    def window(self) -> Window:
+        return self.recorded.window
+
+    def scoped(self, scope: Scope) -> "RecordedView":
+        return RecordedView(self.recorded, scope=scope)
+
+    def history_gaps(self) -> list[str]:
+        return list(self._gaps_text)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _in_pools(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame if self._pools is None else frame[frame["pool"].isin(self._pools)]
+
+    def _per_bucket(self, frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+        """Σ value per bucket and keys ÷ the bucket's grid points with samples: the bucket's mean, with
+        timestamp = its start; buckets without samples are left out (no history is not 0)."""
+        pieces = self.recorded.timeline.pieces
+        covered = pieces[pieces["samples"] > 0].set_index("piece")
+        summed = frame.groupby(["piece", *keys], as_index=False, sort=True).agg(value=("value", "sum"))
+        summed = summed[summed["piece"].isin(covered.index)].reset_index(drop=True)
+        samples = summed["piece"].map(covered["samples"]).to_numpy(dtype=np.float64)
+        starts = covered["end"] - pd.to_timedelta(covered["seconds"], unit="s")
+        return summed.assign(
+            value=summed["value"].to_numpy() / samples, timestamp=summed["piece"].map(starts)
+        )
+
+    def _gaps(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """frame (timestamp + value columns) with a NaN row at the start of every bucket without samples,
+        so lines break there instead of joining across missing history."""
+        pieces = self.recorded.timeline.pieces
+        missing = pieces[pieces["samples"] <= 0]
+        starts = missing["end"] - pd.to_timedelta(missing["seconds"], unit="s")
+        holes = pd.DataFrame({"timestamp": starts.to_numpy()})
+        holes["timestamp"] = pd.to_datetime(holes["timestamp"], utc=True)
+        return pd.concat([frame, holes], ignore_index=True).sort_values("timestamp", ignore_index=True)
+
+    def _team_pool(self) -> dict[str, pd.DataFrame]:
+        """Pod families per bucket, team and pool (the scope's teams), narrowed to the scope's pools."""
+        return {k: self._in_pools(v) for k, v in self.recorded.team_pools(self.scope.teams).items()}
+
+    def _allocated_states(self, families: Mapping[str, pd.DataFrame], keys: Sequence[str]) -> pd.DataFrame:
+        """timestamp, keys and held/unknown/idle/active/used GE bucket means from the pod families."""
+        index = ["timestamp", *keys]
+        means = {
+            name: self._per_bucket(families[family], keys).set_index(index)["value"]
+            for name, family in (("held", ALLOCATION), ("idle", IDLE), ("unknown", UNKNOWN), ("used", USED))
+        }
+        frame = pd.DataFrame({k: v.reindex(means["held"].index) for k, v in means.items()}).fillna(0.0)
+        frame["active"] = (frame["held"] - frame["idle"] - frame["unknown"]).clip(lower=0.0)
+        return frame.reset_index()
+
+    # -- the interface --------------------------------------------------------------------------
+
+    def ledger_timeline(self) -> pd.DataFrame:
+        def compute() -> pd.DataFrame:
+            if self.scope.teams:
+                states = self._allocated_states(self._team_pool(), [])
+                wide = pd.DataFrame({"timestamp": states["timestamp"]})
+                for state in LEDGER_STATES:
+                    column = {"allocated_unknown": "unknown", "allocated_idle": "idle"}.get(state, "")
+                    column = "active" if state == "allocated_active" else column
+                    wide[f"{state}_ge"] = states[column] if column else 0.0
+            else:
+                long = self._per_bucket(self._in_pools(self.recorded.timeline.pool_states), ["state"])
+                wide = long.pivot_table(index="timestamp", columns="state", values="value", aggfunc="sum")
+                wide = wide.reindex(columns=list(LEDGER_STATES)).fillna(0.0)
+                wide.columns = pd.Index(STATE_COLUMNS)
+                wide = wide.reset_index()
+            return self._gaps(wide[["timestamp", *STATE_COLUMNS]])
+
+        return self._cached("ledger_timeline", compute)
+
+    def team_timeline(self) -> pd.DataFrame:
+        def compute() -> pd.DataFrame:
+            if self.scope.scoped:
+                frame = self._allocated_states(self._team_pool(), ["team"])
+            else:
+                t = self.recorded.timeline
+                states = self._per_bucket(t.team_states, ["team", "state"])
+                frame = states.pivot_table(
+                    index=["timestamp", "team"], columns="state", values="value", aggfunc="sum"
+                )
+                frame = frame.reindex(columns=list(ALLOCATED_STATES)).fillna(0.0)
+                frame.columns = pd.Index(["unknown", "idle", "active"])
+                used = self._per_bucket(t.team_used, ["team"]).set_index(["timestamp", "team"])
+                frame["used"] = used["value"].reindex(frame.index).fillna(0.0)
+                frame["held"] = frame[["unknown", "idle", "active"]].sum(axis=1)
+                frame = frame.reset_index()
+            frame = frame.rename(
+                columns={c: f"{c}_ge" for c in ("held", "unknown", "idle", "active", "used")}
+            )
+            return frame[["timestamp", "team", *TEAM_TIMELINE_COLUMNS]].sort_values(
+                ["timestamp", "team"], ignore_index=True
+            )
+
+        return self._cached("team_timeline", compute)
+
+    def fragmentation_timeline(self) -> pd.DataFrame:
+        def compute() -> pd.DataFrame:
+            t = self.recorded.timeline
+            if len(t.free_sum):  # Σ fragmented ÷ Σ free per bucket, as the raw path buckets them
+                ratio = _ratio(self._in_pools(t.fragmented_sum), self._in_pools(t.free_sum), zero=True)
+            else:  # history from an exporter that published only the ratio: its bucket mean
+                ratio = _ratio(self._in_pools(t.fragmentation_sum), self._in_pools(t.fragmentation_count))
+            pieces = t.pieces.set_index("piece")
+            starts = pieces["end"] - pd.to_timedelta(pieces["seconds"], unit="s")
+            ratio.insert(0, "timestamp", ratio["piece"].map(starts))
+            return ratio[["timestamp", "pool", "fragmentation_ratio"]].sort_values(
+                ["timestamp", "pool"], ignore_index=True
+            )
+
+        return self._cached("fragmentation_timeline", compute)
+
+    def fragmentation_ratio(self) -> float:
+        """Σ fragmented ÷ Σ free GE over the window and the scope's pools; from history that kept only
+        the ratio, the pools' time-averaged ratios weighted by their free (unallocated + stranded) hours."""
+        sums = self.recorded.sums
+        if len(sums.free_sum):
+            free = float(self._in_pools(sums.free_sum)["value"].sum())
+            return float(self._in_pools(sums.fragmented_sum)["value"].sum()) / free if free > 0 else 0.0
+        pools = self.history.tables["pool"]
+        weight = (pools["unallocated_gpu_hours"] + pools["stranded_gpu_hours"]).to_numpy(dtype=np.float64)
+        ratio = pools["fragmentation_ratio"].to_numpy(dtype=np.float64)
+        known = np.isfinite(ratio) & (weight > 0)
+        return float((ratio[known] * weight[known]).sum() / weight[known].sum()) if known.any() else 0.0
+
+    def prices(self) -> dict[str, float]:
+        pools = self.history.tables["pool"]
+        return {str(p): float(u) for p, u in zip(pools["pool"], pools["usd_per_gpu_hour"], strict=True)}
+
+    def state_usd(self) -> dict[str, float]:
+        pools = self.history.tables["pool"]
+        usd = pools["usd_per_gpu_hour"].to_numpy(dtype=np.float64)
+        return {
+            s: float((pools[f"{s}_gpu_hours"].to_numpy(dtype=np.float64) * usd).sum()) for s in LEDGER_STATES
+        }
+
+    def nodes(self) -> pd.DataFrame:
+        return self._nodes.reset_index(drop=True)
+
+    def nodes_now(self) -> pd.DataFrame:
+        def compute() -> pd.DataFrame:
+            if self.scope.teams:
+                families = self.recorded.pods_now(self.scope.teams)
+                per_node = {
+                    name: self._in_pools(families[family]).groupby("node")["value"].sum()
+                    for name, family in (("held", ALLOCATION), ("idle", IDLE), ("unknown", UNKNOWN))
+                }
+                states = pd.DataFrame(per_node).fillna(0.0)
+                wide = pd.DataFrame(0.0, index=states.index, columns=STATE_COLUMNS)
+                wide["allocated_unknown_ge"] = states["unknown"]
+                wide["allocated_idle_ge"] = states["idle"]
+                wide["allocated_active_ge"] = (states["held"] - states["idle"] - states["unknown"]).clip(
+                    lower=0.0
+                )
+            else:
+                wide = self.recorded.node_states.pivot_table(
+                    index="node", columns="state", values="value", aggfunc="sum"
+                )
+                wide = wide.reindex(columns=list(LEDGER_STATES)).fillna(0.0)
+                wide.columns = pd.Index(STATE_COLUMNS)
+            wide = wide.rename_axis(index="node").reset_index()
+            nodes = self.nodes().merge(wide, on="node", how="left").fillna(dict.fromkeys(STATE_COLUMNS, 0.0))
+            return nodes.sort_values(["pool", "node"], ignore_index=True)
+
+        return self._cached("nodes_now", compute)
+
+    def held_now(self) -> dict[str, float]:
+        def compute() -> dict[str, float]:
+            allocated = self._in_pools(self.recorded.pods_now(self.scope.teams)[ALLOCATION])
+            return {str(k): float(v) for k, v in allocated.groupby("team")["value"].sum().items()}
+
+        return self._cached("held_now", compute)
+
+    def _last(self) -> pd.DataFrame:
+        marked = self.recorded.present.marked
+        last = marked[marked["timestamp"] == marked["timestamp"].max()] if len(marked) else marked
+        if self.scope.teams:
+            last = last[last["team"].isin(self.scope.teams)]
+        return self._in_pools(last)
+
+    def held_at_end(self) -> set[tuple[str, str]]:
+        last = self._last()
+        return set(zip(last["namespace"], last["pod"], strict=True))
+
+    def gpu_holders(self) -> pd.DataFrame:
+        return self._cached("gpu_holders", lambda: holders(self._last()))
+
+    def node_coverage(self) -> pd.DataFrame:
+        def compute() -> pd.DataFrame:
+            sums = self.recorded.sums
+            keys = ["piece", "node"]
+            capacity = sums.capacity_sum.set_index(keys)["value"]
+            reporting = sums.reporting_sum.set_index(keys)["value"].reindex(capacity.index).fillna(0.0)
+            present = reporting.clip(upper=capacity).groupby(level="node").sum()
+            total = capacity.groupby(level="node").sum()
+            ratio = (present / total.where(total > 0)).rename("coverage_ratio")
+            nodes = self.nodes()[["node", "pool", "capacity_ge"]]
+            return nodes.merge(ratio.reset_index(), on="node", how="left").fillna({"coverage_ratio": 0.0})
+
+        return self._cached("node_coverage", compute)
+
+    def pending_detail(self) -> pd.DataFrame:
+        pending = self.recorded.present.pending
+        return pending[["namespace", "pod", "pool_free_ge", "largest_free_block_ge"]]
+
+
+def _ratio(top: pd.DataFrame, bottom: pd.DataFrame, *, zero: bool = False) -> pd.DataFrame:
+    """piece, pool, fragmentation_ratio = top ÷ bottom per piece and pool (0 where bottom is 0 when
+    `zero`, else left out)."""
+    keys = ["piece", "pool"]
+    b = bottom.set_index(keys)["value"]
+    t = top.set_index(keys)["value"].reindex(b.index).fillna(0.0)
+    ratio = t / b.where(b > 0)
+    ratio = ratio.fillna(0.0) if zero else ratio.dropna()
+    return ratio.rename("fragmentation_ratio").reset_index()
+
+
+def _scope_pools(scope: Scope, nodes: pd.DataFrame) -> tuple[str, ...] | None:
+    """The pools a scope keeps (None: all): its pools, narrowed to those holding nodes of its products."""
+    if not (scope.pools or scope.products):
+        return None
+    pools = set(scope.pools) if scope.pools else set(nodes["pool"].astype("str"))
+    if scope.products:
+        pools &= set(nodes.loc[nodes["product"].isin(scope.products), "pool"].astype("str"))
+    return tuple(sorted(pools))
