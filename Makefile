@@ -23,13 +23,14 @@ PORT ?= 8050
 demo: install
 	$(BIN)/gpuwatch serve --demo --host $(HOST) --port $(PORT)
 
-# Debian packages the integration tests drive for real: Prometheus/promtool, headless Chromium, kubectl.
+# Debian packages the integration tests drive for real: Prometheus/promtool, VictoriaMetrics, headless
+# Chromium, kubectl.
 test-deps: $(DEBIAN_KUBECTL)
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v chromium >/dev/null \
-	  && command -v kubectl >/dev/null || { \
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v victoria-metrics >/dev/null \
+	  && command -v chromium >/dev/null && command -v kubectl >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus chromium \
-	    $$(command -v kubectl >/dev/null || echo kubernetes-client); }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus \
+	    victoria-metrics chromium $$(command -v kubectl >/dev/null || echo kubernetes-client); }
 
 # Debian's kubectl (kubernetes-client) unpacked beside whatever kubectl the machine has, so the kubectl
 # tests run against it as well as against a current one (the packages conflict: both own /usr/bin/kubectl).

@@ -474,7 +474,9 @@ def report_from_tables(
                 ),
                 "utilization": _ratio(_num(r["used_gpu_hours"]), _pool_capacity(r)),
                 "fragmentation_ratio": _ratio(_num(r["fragmentation_ratio"]), 1.0),
-                "largest_free_block": _num(r["largest_free_block_ge"]) or 0.0,
+                # To 1e-9 GE, the ledger's epsilon: VictoriaMetrics truncates stored values to about 12
+                # significant digits, so the two read paths' blocks differ there by ~1e-12.
+                "largest_free_block": round(_num(r["largest_free_block_ge"]) or 0.0, 9),
                 "stranded_gpu_hours": float(r["stranded_gpu_hours"]),
                 "usd_per_gpu_hour": _num(r["usd_per_gpu_hour"]),
             }

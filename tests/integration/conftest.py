@@ -1,4 +1,5 @@
-"""Integration fixtures: real Prometheus servers holding simulated DCGM history (backfilled by promtool)."""
+"""Integration fixtures: real Prometheus (backfilled by promtool) and VictoriaMetrics servers holding
+simulated DCGM history."""
 
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -7,7 +8,13 @@ import pytest
 
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
-from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, backfilled_prometheus
+from tests.integration.prom import (
+    BACKENDS,
+    Backend,
+    BackfilledPrometheus,
+    PrometheusFactory,
+    backfilled_prometheus,
+)
 
 DEMO_END = datetime(2026, 11, 20, tzinfo=UTC)
 # The demo backfill carries what the collectors read; all ten families would be ~1 GB of text for
@@ -23,11 +30,14 @@ DEMO_METRICS = (
 
 @pytest.fixture(scope="session")
 def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusFactory]:
-    """make(fleet, layout=..., metrics=..., step_seconds=...) -> a running backfilled Prometheus.
+    """make(fleet, layout=..., metrics=..., step_seconds=..., backend=...) -> a running backfilled server.
 
-    Servers are shared by equal arguments within the session and stopped at its end.
+    backend is "prometheus" (the default) or "victoriametrics". Servers are shared by equal arguments
+    within the session and stopped at its end.
     """
-    running: dict[tuple[int, str, tuple[str, ...] | None, int | None, bool], BackfilledPrometheus] = {}
+    running: dict[
+        tuple[int, str, tuple[str, ...] | None, int | None, bool, Backend], BackfilledPrometheus
+    ] = {}
 
     def make(
         fleet: SimulatedFleet,
@@ -36,10 +46,18 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
         metrics: Sequence[str] | None = None,
         step_seconds: int | None = None,
         gpuwatch_series: bool = False,
+        backend: Backend = "prometheus",
     ) -> BackfilledPrometheus:
-        key = (id(fleet), layout, None if metrics is None else tuple(metrics), step_seconds, gpuwatch_series)
+        key = (
+            id(fleet),
+            layout,
+            None if metrics is None else tuple(metrics),
+            step_seconds,
+            gpuwatch_series,
+            backend,
+        )
         if key not in running:
-            workdir = tmp_path_factory.mktemp(f"prometheus-{layout}")
+            workdir = tmp_path_factory.mktemp(f"{backend}-{layout}")
             running[key] = backfilled_prometheus(
                 fleet,
                 workdir,
@@ -47,6 +65,7 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
                 metrics=metrics,
                 step_seconds=step_seconds,
                 gpuwatch_series=gpuwatch_series,
+                backend=backend,
             )
         return running[key]
 
@@ -57,11 +76,33 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
             prom.server.stop()
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each backend speaking the Prometheus query API: a module asking for it runs once per backend."""
+    chosen: Backend = request.param
+    return chosen
+
+
 @pytest.fixture(scope="session")
-def demo_prometheus(prometheus_factory: PrometheusFactory) -> BackfilledPrometheus:
-    """The demo fleet (seed 42, one day to 2026-11-20, 60 s step) in a ServiceMonitor-layout Prometheus."""
-    fleet = build_demo_fleet(seed=42, end=DEMO_END, days=1, step_seconds=60)
-    return prometheus_factory(fleet, layout="servicemonitor", metrics=DEMO_METRICS)
+def demo_fleet() -> SimulatedFleet:
+    """The demo fleet: seed 42, one day to 2026-11-20, 60 s step."""
+    return build_demo_fleet(seed=42, end=DEMO_END, days=1, step_seconds=60)
+
+
+@pytest.fixture(scope="session")
+def demo_prometheus(
+    prometheus_factory: PrometheusFactory, demo_fleet: SimulatedFleet
+) -> BackfilledPrometheus:
+    """The demo fleet in a ServiceMonitor-layout Prometheus."""
+    return prometheus_factory(demo_fleet, layout="servicemonitor", metrics=DEMO_METRICS)
+
+
+@pytest.fixture(scope="module")
+def demo_backend(
+    prometheus_factory: PrometheusFactory, demo_fleet: SimulatedFleet, backend: Backend
+) -> BackfilledPrometheus:
+    """The demo fleet in a ServiceMonitor-layout server of each backend (Prometheus: demo_prometheus)."""
+    return prometheus_factory(demo_fleet, layout="servicemonitor", metrics=DEMO_METRICS, backend=backend)
 
 
 @pytest.fixture(scope="module")

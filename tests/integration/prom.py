@@ -1,4 +1,6 @@
-"""A real Prometheus for integration tests: backfill a simulated fleet with promtool, serve it, query it."""
+"""Real query backends for integration tests: a simulated fleet's history in Prometheus (backfilled with
+promtool) or in VictoriaMetrics (imported over HTTP), served on 127.0.0.1 and queried through the same API.
+"""
 
 import contextlib
 import ctypes
@@ -8,11 +10,11 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Self
+from typing import IO, Any, Literal, Protocol, Self
 
 import requests
 
@@ -22,7 +24,11 @@ from gpuwatch.sources.simulated.exposition import write_backfill
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-MAX_LIFETIME_SECONDS = 3600  # a Prometheus left behind by a killed test run stops by itself after this
+VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"
+MAX_LIFETIME_SECONDS = 3600  # a server left behind by a killed test run stops by itself after this
+
+Backend = Literal["prometheus", "victoriametrics"]
+BACKENDS: tuple[Backend, ...] = ("prometheus", "victoriametrics")
 
 _CONFIG = """\
 # Nothing to scrape: the TSDB holds backfilled blocks only.
@@ -110,6 +116,37 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def _launch(cmd: list[str], log: IO[bytes], ready_url: str, timeout: float) -> subprocess.Popen[bytes]:
+    """Start a server (dying with this process), logging to `log`, and wait until ready_url answers 200;
+    a server that exits or is not ready in time raises, naming its log."""
+    name = Path(cmd[3]).name  # after `timeout --kill-after=10s <lifetime>`
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}; see {log.name}")
+        try:
+            if requests.get(ready_url, timeout=2).status_code == 200:
+                return process
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    _stop(process, 15)
+    raise RuntimeError(f"{name} not ready after {timeout}s; see {log.name}")
+
+
+def _stop(process: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)
+
+
 @dataclass
 class PrometheusServer:
     """(c) `prometheus` on 127.0.0.1 over an existing TSDB directory; start() waits for /-/ready."""
@@ -139,38 +176,114 @@ class PrometheusServer:
             "--storage.tsdb.retention.time=100y",  # backfilled history is old: keep every block
             "--log.level=warn",
         ]
-        self.process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.process.returncode}; see {log.name}")
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"prometheus not ready after {timeout}s; see {log.name}")
+        self.process = _launch(cmd, log, f"{self.url}/-/ready", timeout)
+        return self
 
     def stop(self, *, timeout: float = 15) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=timeout)
+        _stop(self.process, timeout)
 
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class QueryServer(Protocol):
+    """What the fixtures need of a server answering the Prometheus HTTP API."""
+
+    @property
+    def url(self) -> str: ...
+
+    def start(self, *, timeout: float = 60) -> Self: ...
+
+    def stop(self, *, timeout: float = 15) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass
+class VictoriaMetricsServer:
+    """(c') single-node `victoria-metrics` on 127.0.0.1 over its own data directory; start() waits for
+    /health. It speaks the Prometheus query API; history goes in by import_openmetrics().
+
+    Flags, each for a reason: the simulated history is days old (retention 100y, as Prometheus's);
+    imported history is read at once (no 30 s latency offset, no response cache). No
+    -dedup.minScrapeInterval: duplicate samples are gpuwatch's to handle, as on a Prometheus. Label
+    limit as high as Prometheus's (none by default; VictoriaMetrics drops labels past 30).
+    """
+
+    data_dir: Path
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, timeout: float = 60) -> Self:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = (self.data_dir.parent / f"{self.data_dir.name}.log").open("wb")
+        self.port = self.port or free_port()
+        cmd = [
+            "timeout",
+            "--kill-after=10s",
+            f"{MAX_LIFETIME_SECONDS}s",
+            VICTORIA_METRICS,
+            f"-storageDataPath={self.data_dir}",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-retentionPeriod=100y",
+            "-search.latencyOffset=0s",
+            "-search.disableCache",
+            "-maxLabelsPerTimeseries=1000",
+            "-loggerLevel=WARN",
+        ]
+        self.process = _launch(cmd, log, f"{self.url}/health", timeout)
+        return self
+
+    def import_openmetrics(self, openmetrics: Path, *, timeout: float = 600) -> None:
+        """POST the backfill to /api/v1/import/prometheus, then make every sample searchable.
+
+        The endpoint reads the Prometheus text format, whose timestamps are milliseconds; OpenMetrics
+        (promtool's input) has seconds, with decimals. Lines are converted while streaming.
+        """
+        reply = requests.post(
+            f"{self.url}/api/v1/import/prometheus", data=_prometheus_text(openmetrics), timeout=timeout
+        )
+        if reply.status_code != 204:
+            raise RuntimeError(f"victoria-metrics import failed ({reply.status_code}): {reply.text.strip()}")
+        # Buffered rows become searchable only when flushed (every second or so); a cached answer from
+        # before the import would hide them.
+        for path in ("/internal/force_flush", "/internal/resetRollupResultCache"):
+            requests.get(f"{self.url}{path}", timeout=60).raise_for_status()
+
+    def stop(self, *, timeout: float = 15) -> None:
+        _stop(self.process, timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _prometheus_text(openmetrics: Path, *, lines_per_chunk: int = 20_000) -> Iterator[bytes]:
+    """The samples of an OpenMetrics backfill as Prometheus text: timestamps in ms, no comments or EOF."""
+    chunk: list[str] = []
+    with openmetrics.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.startswith("#") or not line.strip():
+                continue
+            # Label values may hold spaces; value and timestamp are the last two fields, both required.
+            series, value, seconds = line.rsplit(" ", 2)
+            chunk.append(f"{series} {value} {round(float(seconds) * 1000)}\n")
+            if len(chunk) >= lines_per_chunk:
+                yield "".join(chunk).encode()
+                chunk = []
+    if chunk:
+        yield "".join(chunk).encode()
 
 
 # -- the HTTP API, read directly ----------------------------------------------------------------
@@ -209,14 +322,16 @@ def series(url: str, match: str, start: datetime, end: datetime) -> list[dict[st
 
 @dataclass
 class BackfilledPrometheus:
-    """A running Prometheus holding one simulated fleet's DCGM history in one label layout."""
+    """A running Prometheus (or VictoriaMetrics: `backend`) holding one simulated fleet's DCGM history in
+    one label layout."""
 
     fleet: SimulatedFleet
     layout: str
     metrics: tuple[str, ...] | None
     step_seconds: int
     backfill: BackfillStats
-    server: PrometheusServer
+    server: QueryServer
+    backend: Backend = "prometheus"
 
     @property
     def url(self) -> str:
@@ -243,8 +358,14 @@ def backfilled_prometheus(
     step_seconds: int | None = None,
     keep_file: bool = False,
     gpuwatch_series: bool = False,
+    backend: Backend = "prometheus",
 ) -> BackfilledPrometheus:
-    """Backfill `fleet` into a fresh TSDB under `workdir` and start a Prometheus on it (stop it yourself)."""
+    """Backfill `fleet` into a fresh TSDB under `workdir` and start a Prometheus on it (stop it yourself).
+
+    backend="victoriametrics" starts a VictoriaMetrics instead and imports the same file into it.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})")
     workdir.mkdir(parents=True, exist_ok=True)
     stats = write_backfill_file(
         fleet,
@@ -254,10 +375,21 @@ def backfilled_prometheus(
         step_seconds=step_seconds,
         gpuwatch_series=gpuwatch_series,
     )
-    create_blocks(stats.path, workdir / "tsdb")
+    server: QueryServer
+    if backend == "prometheus":
+        create_blocks(stats.path, workdir / "tsdb")
+        server = PrometheusServer(workdir / "tsdb").start()
+    else:
+        vm = VictoriaMetricsServer(workdir / "victoria-metrics").start()
+        server = vm
+        try:
+            vm.import_openmetrics(stats.path)
+            _expect_samples(vm.url, fleet, stats.samples)
+        except BaseException:
+            vm.stop()
+            raise
     if not keep_file:
         stats.path.unlink()
-    server = PrometheusServer(workdir / "tsdb").start()
     return BackfilledPrometheus(
         fleet=fleet,
         layout=layout,
@@ -265,7 +397,25 @@ def backfilled_prometheus(
         step_seconds=step_seconds or fleet.window.step_seconds,
         backfill=stats,
         server=server,
+        backend=backend,
     )
+
+
+def _expect_samples(url: str, fleet: SimulatedFleet, written: int, *, timeout: float = 30) -> None:
+    """Wait until every sample written is searchable: an import is no proof until it is read back."""
+    window = fleet.window
+    span = int((window.end - window.start).total_seconds()) + 2 * window.step_seconds
+    expr = f'sum(count_over_time({{__name__=~".+"}}[{span}s]))'
+    at = window.end + timedelta(seconds=window.step_seconds)
+    deadline = time.monotonic() + timeout
+    while True:
+        got = query(url, expr, at)
+        found = int(float(got[0]["value"][1])) if got else 0
+        if found == written:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"victoria-metrics at {url} holds {found} of the {written} samples imported")
+        time.sleep(0.5)
 
 
 PrometheusFactory = Callable[..., BackfilledPrometheus]

@@ -3,7 +3,8 @@
 One simulated day is backfilled into a real Prometheus twice over: as the DCGM series dcgm-exporter would
 have left, and as the gpuwatch_* series `gpuwatch export` would have (computed from the simulator, as the
 exporter computes them live). The raw path recomputes the report from DCGM series and the Kubernetes API
-test server; the history path reads only the gpuwatch_* series, aggregated in Prometheus.
+test server; the history path reads only the gpuwatch_* series, aggregated in Prometheus. Every test runs
+twice: on that Prometheus, and on a VictoriaMetrics the same file was imported into.
 
 Not comparable, so not compared: coverage.util_source and unattributed_gpu_hours (gpuwatch_* series
 keep neither; the history path reports 0 and says so in coverage.warnings), and gpu_samples_present,
@@ -28,7 +29,7 @@ from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
 from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
+from tests.integration.prom import Backend, BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -50,8 +51,13 @@ def fleet() -> SimulatedFleet:
 
 
 @pytest.fixture(scope="module")
-def prom(fleet: SimulatedFleet, prometheus_factory: PrometheusFactory) -> BackfilledPrometheus:
-    return prometheus_factory(fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True)
+def prom(
+    fleet: SimulatedFleet, prometheus_factory: PrometheusFactory, backend: Backend
+) -> BackfilledPrometheus:
+    """Prometheus, then VictoriaMetrics: every test of the module runs against each."""
+    return prometheus_factory(
+        fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True, backend=backend
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
-"""PrometheusSource against a real Prometheus backfilled from the simulated fleet, and against faults.
+"""PrometheusSource (the raw DCGM read path) against a real Prometheus and a real VictoriaMetrics holding
+the simulated fleet's history, and against faults.
 
 Faults a real server cannot produce on demand (5xx then success, `warnings`, NaN/±Inf values, a chunk
-refused for too many samples) come from a tiny stdlib HTTP server on 127.0.0.1 scripted per test.
+refused for too many samples) come from a tiny stdlib HTTP server on 127.0.0.1 scripted per test. Tests
+reading `demo_backend` run once per backend.
 """
 
 import json
@@ -55,32 +57,34 @@ def in_window(frame: pd.DataFrame, window: Window) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def servicemonitor(demo_prometheus: BackfilledPrometheus) -> Iterator[PrometheusSource]:
-    source = PrometheusSource(demo_prometheus.url, timeout_seconds=60)
+def servicemonitor(demo_backend: BackfilledPrometheus) -> Iterator[PrometheusSource]:
+    source = PrometheusSource(demo_backend.url, timeout_seconds=60)
     yield source
     source.close()
 
 
 @pytest.fixture(scope="module")
 def honor_labels_prometheus(
-    prometheus_factory: PrometheusFactory, demo_prometheus: BackfilledPrometheus
+    prometheus_factory: PrometheusFactory, demo_backend: BackfilledPrometheus
 ) -> BackfilledPrometheus:
-    return prometheus_factory(demo_prometheus.fleet, layout="honor_labels", metrics=UTIL_METRICS)
+    return prometheus_factory(
+        demo_backend.fleet, layout="honor_labels", metrics=UTIL_METRICS, backend=demo_backend.backend
+    )
 
 
 @pytest.fixture(scope="module")
-def samples(demo_prometheus: BackfilledPrometheus, servicemonitor: PrometheusSource) -> pd.DataFrame:
-    fleet = demo_prometheus.fleet
+def samples(demo_backend: BackfilledPrometheus, servicemonitor: PrometheusSource) -> pd.DataFrame:
+    fleet = demo_backend.fleet
     return servicemonitor.gpu_samples(window_of(fleet), exporters=exporter_pods(fleet))
 
 
 def test_rows_built_chunk_by_chunk_equal_one_chunk(
-    demo_prometheus: BackfilledPrometheus, samples: pd.DataFrame
+    demo_backend: BackfilledPrometheus, samples: pd.DataFrame
 ) -> None:
     # Hour-long chunks, two at once: each chunk's rows are built in the thread that receives it, then
     # joined. The four-hour window holds MIG, time-sliced and vGPU units and the L4 exporter's gap.
-    fleet = demo_prometheus.fleet
-    source = PrometheusSource(demo_prometheus.url, max_chunk_seconds=3600, max_concurrent_queries=2)
+    fleet = demo_backend.fleet
+    source = PrometheusSource(demo_backend.url, max_chunk_seconds=3600, max_concurrent_queries=2)
     try:
         chunked = source.gpu_samples(window_of(fleet), exporters=exporter_pods(fleet))
     finally:
@@ -90,9 +94,9 @@ def test_rows_built_chunk_by_chunk_equal_one_chunk(
 
 
 def test_gpu_samples_equal_the_simulated_utilization(
-    demo_prometheus: BackfilledPrometheus, samples: pd.DataFrame
+    demo_backend: BackfilledPrometheus, samples: pd.DataFrame
 ) -> None:
-    fleet = demo_prometheus.fleet
+    fleet = demo_backend.fleet
     window = window_of(fleet)
     DCGM_SAMPLES.check(samples)
     per_unit = unit_rows(samples)
@@ -127,9 +131,9 @@ def test_gpu_samples_equal_the_simulated_utilization(
 
 
 def test_util_source_is_prof_where_the_gpu_reports_it(
-    demo_prometheus: BackfilledPrometheus, samples: pd.DataFrame
+    demo_backend: BackfilledPrometheus, samples: pd.DataFrame
 ) -> None:
-    fleet = demo_prometheus.fleet
+    fleet = demo_backend.fleet
     sources = samples.groupby("uuid")["util_source"].agg(set)
     for uuid, used in sources.items():
         assert used == ({PROF} if fleet.has_prof[str(uuid)] else {DEV}), uuid
@@ -137,9 +141,9 @@ def test_util_source_is_prof_where_the_gpu_reports_it(
 
 
 def test_workload_labels_match_who_held_each_gpu(
-    demo_prometheus: BackfilledPrometheus, samples: pd.DataFrame
+    demo_backend: BackfilledPrometheus, samples: pd.DataFrame
 ) -> None:
-    fleet = demo_prometheus.fleet
+    fleet = demo_backend.fleet
     window = window_of(fleet)
     key = ["timestamp", "uuid", "gpu_instance_id"]
     served = in_window(fleet.telemetry(), window)[key]
@@ -160,11 +164,11 @@ def test_workload_labels_match_who_held_each_gpu(
 
 
 def test_both_label_layouts_resolve_the_same_workloads(
-    demo_prometheus: BackfilledPrometheus,
+    demo_backend: BackfilledPrometheus,
     honor_labels_prometheus: BackfilledPrometheus,
     samples: pd.DataFrame,
 ) -> None:
-    fleet = demo_prometheus.fleet
+    fleet = demo_backend.fleet
     source = PrometheusSource(honor_labels_prometheus.url)
     try:
         honored = source.gpu_samples(window_of(fleet), exporters=exporter_pods(fleet))
@@ -176,9 +180,9 @@ def test_both_label_layouts_resolve_the_same_workloads(
 
 
 def test_exporters_reporting_their_own_pod_name_need_the_pod_mapping(
-    demo_prometheus: BackfilledPrometheus, servicemonitor: PrometheusSource
+    demo_backend: BackfilledPrometheus, servicemonitor: PrometheusSource
 ) -> None:
-    fleet = demo_prometheus.fleet
+    fleet = demo_backend.fleet
     window = Window(start=window_of(fleet).start, end=window_of(fleet).start + timedelta(minutes=10))
     servicemonitor.take_warnings()
     unplaced = servicemonitor.gpu_samples(window)
@@ -193,9 +197,9 @@ def test_exporters_reporting_their_own_pod_name_need_the_pod_mapping(
 
 
 def test_injection_returns_nothing_instead_of_extra_series(
-    demo_prometheus: BackfilledPrometheus, servicemonitor: PrometheusSource
+    demo_backend: BackfilledPrometheus, servicemonitor: PrometheusSource
 ) -> None:
-    fleet = demo_prometheus.fleet
+    fleet = demo_backend.fleet
     window = Window(start=window_of(fleet).start, end=window_of(fleet).start + timedelta(minutes=30))
     hostile = servicemonitor.gpu_samples(window, matchers=[promql.equals("exported_namespace", INJECTION)])
     assert hostile.empty
@@ -215,9 +219,9 @@ def test_injection_returns_nothing_instead_of_extra_series(
 
 
 def test_extra_fields_come_back_in_base_units(
-    demo_prometheus: BackfilledPrometheus, servicemonitor: PrometheusSource
+    demo_backend: BackfilledPrometheus, servicemonitor: PrometheusSource
 ) -> None:
-    fleet = demo_prometheus.fleet
+    fleet = demo_backend.fleet
     window = Window(start=window_of(fleet).start, end=window_of(fleet).start + timedelta(minutes=20))
     got = unit_rows(servicemonitor.gpu_samples(window, exporters=exporter_pods(fleet), fields=[DEV_FB_USED]))
     want = in_window(fleet.telemetry(), window)
@@ -227,9 +231,9 @@ def test_extra_fields_come_back_in_base_units(
 
 
 def test_discovery_names_metrics_and_layout(
-    demo_prometheus: BackfilledPrometheus, servicemonitor: PrometheusSource
+    demo_backend: BackfilledPrometheus, servicemonitor: PrometheusSource
 ) -> None:
-    found = servicemonitor.discover(at=demo_prometheus.fleet.now - timedelta(minutes=1))
+    found = servicemonitor.discover(at=demo_backend.fleet.now - timedelta(minutes=1))
     assert found.fields[PROF] == (PROF,) and found.fields[DEV] == (DEV,)
     assert found.fields["DCGM_FI_DEV_FB_USED"] == ("DCGM_FI_DEV_FB_USED",)
     assert found.fields["DCGM_FI_DEV_GPU_TEMP"] == ()

@@ -5,7 +5,8 @@ One simulated day is backfilled with both the DCGM series and the gpuwatch_* ser
 have published; the Kubernetes API test server serves the fleet. Each whole-fleet, team and pool view
 is opened on both paths (views.raw_max_gpu_samples decides: a huge limit keeps the raw path, 0 asks for
 history) and compared within the issue's 1 %. Not compared: fragmentation over the window (history
-keeps each pool's ratio, not the free and fragmented GPUs it came from).
+keeps each pool's ratio, not the free and fragmented GPUs it came from). Every test runs on a real
+Prometheus and on a real VictoriaMetrics holding the same history.
 """
 
 import math
@@ -27,7 +28,7 @@ from gpuwatch.views.raw import RawView
 from gpuwatch.views.reader import open_view
 from gpuwatch.views.recorded import RecordedView
 from tests.integration.browser import browser_page, screenshot, settle
-from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
+from tests.integration.prom import Backend, BackfilledPrometheus, PrometheusFactory
 from tests.integration.ui_server import serve_app
 
 pytestmark = pytest.mark.integration
@@ -43,8 +44,13 @@ def fleet() -> SimulatedFleet:
 
 
 @pytest.fixture(scope="module")
-def prom(fleet: SimulatedFleet, prometheus_factory: PrometheusFactory) -> BackfilledPrometheus:
-    return prometheus_factory(fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True)
+def prom(
+    fleet: SimulatedFleet, prometheus_factory: PrometheusFactory, backend: Backend
+) -> BackfilledPrometheus:
+    """Prometheus, then VictoriaMetrics: every test of the module runs against each."""
+    return prometheus_factory(
+        fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True, backend=backend
+    )
 
 
 def _service(prom: BackfilledPrometheus, kubeconfig: str, raw_max_gpu_samples: int) -> FleetService:
