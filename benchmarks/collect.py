@@ -26,7 +26,6 @@ Not a test: nothing is asserted on time. Run from the repository root: python be
 
 import argparse
 import json
-import math
 import os
 import resource
 import shutil
@@ -46,6 +45,7 @@ import numpy as np
 import pandas as pd
 import requests
 
+from gpuwatch.backfill import block_ranges
 from gpuwatch.model import MAX_POINTS_PER_SERIES, Window
 from gpuwatch.sources.dcgm import UTIL_FIELDS, ExporterPods
 from gpuwatch.sources.prometheus import MAX_CHUNK_SECONDS, MAX_CONCURRENT_QUERIES, PrometheusSource
@@ -56,7 +56,6 @@ PROF = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 DEV = "DCGM_FI_DEV_GPU_UTIL"
 METRICS = (DEV, PROF)  # only what the collection reads
 LAYOUT = "servicemonitor"  # kube-prometheus-stack: workload labels stored as exported_*
-BLOCK = timedelta(hours=2)  # Prometheus' (and promtool's) block range, aligned to the epoch
 MARKER = "gpuwatch-collect.json"
 KEY = ["timestamp", "node", "uuid", "gpu_instance_id", "namespace", "pod", "container"]
 APPROACHES = ("bare", "gpuwatch", "naive")
@@ -85,21 +84,6 @@ def fleet_params(args: argparse.Namespace) -> dict[str, Any]:
         "metrics": list(METRICS),
         "layout": LAYOUT,
     }
-
-
-def block_ranges(window: Window) -> list[tuple[datetime, datetime]]:
-    """Per 2 h block holding some sample: the interval starts whose samples (written at t_i + step/2)
-    fall in that block, as a `between=` range for write_backfill."""
-    half = timedelta(seconds=window.step_seconds / 2)
-    span = BLOCK.total_seconds()
-    first = datetime.fromtimestamp(math.floor((window.start + half).timestamp() / span) * span, UTC)
-    last = window.sample_time(window.n_samples - 1) + half
-    out = []
-    block = first
-    while block <= last:
-        out.append((block - half, block + BLOCK - half))
-        block += BLOCK
-    return out
 
 
 def backfill(fleet: Any, tsdb: Path, jobs: int) -> dict[str, float]:

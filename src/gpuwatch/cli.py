@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -120,13 +121,27 @@ def _parser() -> argparse.ArgumentParser:
     fleet_args.add_argument("--days", type=float, default=1.0, help="window length in days (default 1)")
     fleet_args.add_argument("--step", type=_step_seconds, default=60, help="sample step, e.g. 60s (default)")
     fleet_args.add_argument("--gpus", type=int, help="scale the fleet to about this many GPUs (default 80)")
+    fleet_args.add_argument(
+        "--pods", type=int, help="about this many pods over the window: they live longer (default: demo's)"
+    )
 
     backfill = sim_sub.add_parser(
         "backfill",
         parents=[fleet_args],
-        help="write an OpenMetrics file for promtool tsdb create-blocks-from",
+        help="write the fleet's history: an OpenMetrics file for promtool, or TSDB blocks for Prometheus",
     )
-    backfill.add_argument("--output", "-o", required=True, help="file to write")
+    into = backfill.add_mutually_exclusive_group(required=True)
+    into.add_argument(
+        "--output", "-o", help="OpenMetrics file to write (for promtool tsdb create-blocks-from)"
+    )
+    into.add_argument(
+        "--tsdb",
+        metavar="DIR",
+        help="write TSDB blocks into DIR (a Prometheus --storage.tsdb.path) with promtool, 2 h per file",
+    )
+    backfill.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="with --tsdb: processes side by side"
+    )
     backfill.add_argument(
         "--layout",
         choices=("servicemonitor", "honor_labels"),
@@ -134,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         help="labels as Prometheus stores them (servicemonitor: exported_* under honorLabels=false)",
     )
     backfill.add_argument("--metrics", nargs="*", help="only these DCGM metric families")
+    backfill.add_argument("--no-dcgm", action="store_true", help="leave out the DCGM series (raw telemetry)")
     backfill.add_argument(
         "--no-gpuwatch-series",
         action="store_true",
@@ -165,6 +181,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     kube.add_argument(
         "--write-kubeconfig", metavar="PATH", help="write a kubeconfig (server, CA, token) for the server"
+    )
+    kube.add_argument(
+        "--cpu-pods",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list N running pods without GPUs (node agents, services), as a large cluster does",
     )
     kube.set_defaults(handler=_cmd_kube_api)
 
@@ -227,20 +250,25 @@ def _sim_params(args: argparse.Namespace) -> "SimulationParams":
     from gpuwatch.service import SimulationParams
 
     return SimulationParams(
-        seed=args.seed, end=args.end, days=args.days, step_seconds=args.step, gpus=args.gpus
+        seed=args.seed, end=args.end, days=args.days, step_seconds=args.step, gpus=args.gpus, pods=args.pods
     )
 
 
 def _service(
-    args: argparse.Namespace, *, history_days: float | None = None, settings: Settings | None = None
+    args: argparse.Namespace,
+    *,
+    history_days: float | None = None,
+    settings: Settings | None = None,
+    long_running: bool = False,
 ) -> "FleetService":
-    """The live service, or with --demo the simulated fleet (its history at least `history_days` long)."""
+    """The live service (the cluster followed by watches when `long_running`), or with --demo the
+    simulated fleet (its history at least `history_days` long)."""
     from gpuwatch.service import DEMO_HISTORY_DAYS, FleetService
 
     settings = settings or _settings(args)
     if getattr(args, "demo", False):
         return FleetService.demo(settings, history_days=max(DEMO_HISTORY_DAYS, history_days or 0.0))
-    return FleetService.live(settings)
+    return FleetService.live(settings, watch_cluster=long_running)
 
 
 def _report_window(args: argparse.Namespace, now: datetime) -> "Window":
@@ -269,7 +297,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         listener = Listener(args.host, args.port)
     except OSError as e:
         raise ConfigError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from e
-    service = _service(args, settings=settings)
+    service = _service(args, settings=settings, long_running=True)
     app = create_app(service, auth_file=args.auth_file)
     what = "the simulated fleet" if args.demo else service.settings.prometheus.url
     print(f"gpuwatch: serving {what} on {listener.url} ({GUNICORN_HINT})", file=sys.stderr, flush=True)
@@ -337,7 +365,7 @@ def _health_events(service: "FleetService", window: "Window", nodes: Any = None)
 def _cmd_export(args: argparse.Namespace) -> int:
     from gpuwatch.exporter import serve_exporter
 
-    service = _service(args)
+    service = _service(args, long_running=True)
     server, loop, _registry = serve_exporter(
         service, host=args.host, port=args.port, interval_seconds=args.interval
     )
@@ -369,23 +397,27 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
+    from gpuwatch.backfill import write_tsdb
     from gpuwatch.service import write_simulated_backfill
 
+    if args.no_dcgm and args.no_gpuwatch_series:
+        raise ConfigError("--no-dcgm with --no-gpuwatch-series leaves nothing to write")
     progress = ProgressBar("backfill", sys.stderr)
+    what = {"layout": args.layout, "metrics": args.metrics, "dcgm": not args.no_dcgm}
+    what["gpuwatch_series"] = not args.no_gpuwatch_series
     try:
-        n = write_simulated_backfill(
-            args.output,
-            _sim_params(args),
-            layout=args.layout,
-            metrics=args.metrics,
-            gpuwatch_series=not args.no_gpuwatch_series,
-            progress=progress.update,
-        )
+        if args.tsdb:
+            fleet = _sim_params(args).build()
+            done = write_tsdb(fleet, args.tsdb, workers=args.workers, progress=progress.update, **what)
+            where, n = f"{done.blocks} blocks of {args.tsdb}", done.samples
+        else:
+            n = write_simulated_backfill(args.output, _sim_params(args), progress=progress.update, **what)
+            where = args.output
     except OSError as e:
-        raise ConfigError(f"cannot write {args.output}: {e.strerror}") from e
+        raise ConfigError(f"cannot write {args.output or args.tsdb}: {e.strerror}") from e
     finally:
         progress.finish()
-    print(f"gpuwatch: wrote {n} samples to {args.output}", file=sys.stderr)
+    print(f"gpuwatch: wrote {n} samples to {where}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -409,6 +441,7 @@ def _cmd_kube_api(args: argparse.Namespace) -> int:
         token=None if args.no_auth else args.token,
         kubeconfig_path=args.write_kubeconfig,
         tls=not args.no_auth,
+        cpu_pods=args.cpu_pods,
     )
     print(f"gpuwatch: Kubernetes API on {server.url}", file=sys.stderr)
     if args.write_kubeconfig:

@@ -1,8 +1,9 @@
 """FleetService: the one place where sources meet analytics, with a small cache per window."""
 
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TextIO
 
@@ -30,7 +31,8 @@ from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, PrometheusError, SourceError
 from gpuwatch.model import ALLOCATED_STATES, PriceBook, TeamRules, Window, ge_per_unit, normalize_product
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
-from gpuwatch.series import published_series, write_openmetrics
+from gpuwatch.series import Family, published_series, write_openmetrics
+from gpuwatch.sources.clustercache import ClusterCache
 from gpuwatch.sources.dcgm import ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
@@ -100,14 +102,20 @@ class FleetSources(Protocol):
 class LiveSources:
     """Prometheus (DCGM and gpuwatch's own history) and the Kubernetes API server."""
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, clock: Callable[[], datetime] | None = None, watch_cluster: bool = False
+    ) -> None:
         self.prometheus = PrometheusSource.from_settings(settings.prometheus)
         self.kubernetes = KubernetesSource(
             kubeconfig=settings.kubernetes.kubeconfig, context=settings.kubernetes.context
         )
+        # Long-running processes (export, serve) follow the cluster by watches: no list per cycle.
+        self.cluster = ClusterCache(self.kubernetes) if watch_cluster else None
         self._clock = clock or (lambda: datetime.now(UTC))
 
     def cluster_state(self) -> ClusterState:
+        if self.cluster is not None:
+            return self.cluster.cluster_state()
         return self.kubernetes.cluster_state()
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
@@ -187,19 +195,21 @@ class FleetService:
         """The fleet the GPUWATCH_* settings (or GPUWATCH_CONFIG's file) name: live when they give a
         Prometheus URL, else the simulated one (`gunicorn app:server` runs either)."""
         settings = load_settings()
-        return cls.live(settings) if settings.prometheus.url else cls.demo(settings)
+        return cls.live(settings, watch_cluster=True) if settings.prometheus.url else cls.demo(settings)
 
     def history_start(self) -> datetime | None:
         """Where the sources' history begins, when they know (the simulated fleet's first sample)."""
         return self.sources.history_start()
 
     @classmethod
-    def live(cls, settings: Settings) -> "FleetService":
+    def live(cls, settings: Settings, *, watch_cluster: bool = False) -> "FleetService":
+        """The fleet Prometheus and the API server describe; `watch_cluster` for long-running processes
+        (the cluster kept by watches instead of listed per call)."""
         if not settings.prometheus.url:
             raise ConfigError(
                 "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
             )
-        return cls(settings=settings, sources=LiveSources(settings))
+        return cls(settings=settings, sources=LiveSources(settings, watch_cluster=watch_cluster))
 
     def now(self) -> datetime:
         return self.sources.now()
@@ -245,10 +255,16 @@ class SimulationParams:
     days: float = 1.0
     step_seconds: int = 60
     gpus: int | None = None  # None: the 80-GPU demo fleet
+    pods: int | None = None  # None: the demo's pod lifetimes
 
     def build(self) -> SimulatedFleet:
         return build_demo_fleet(
-            seed=self.seed, end=self.end, days=self.days, step_seconds=self.step_seconds, gpus=self.gpus
+            seed=self.seed,
+            end=self.end,
+            days=self.days,
+            step_seconds=self.step_seconds,
+            gpus=self.gpus,
+            pods=self.pods,
         )
 
 
@@ -258,6 +274,7 @@ def write_simulated_backfill(
     *,
     layout: str,
     metrics: Sequence[str] | None = None,
+    dcgm: bool = True,
     gpuwatch_series: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
@@ -269,7 +286,13 @@ def write_simulated_backfill(
     fleet = params.build()
     with open(path, "w", encoding="utf-8") as out:
         return write_fleet_backfill(
-            fleet, out, layout=layout, metrics=metrics, gpuwatch_series=gpuwatch_series, progress=progress
+            fleet,
+            out,
+            layout=layout,
+            metrics=metrics,
+            dcgm=dcgm,
+            gpuwatch_series=gpuwatch_series,
+            progress=progress,
         )
 
 
@@ -279,21 +302,43 @@ def write_fleet_backfill(
     *,
     layout: str = "servicemonitor",
     metrics: Sequence[str] | None = None,
+    dcgm: bool = True,
     gpuwatch_series: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series, one OpenMetrics file."""
-    n = write_backfill(
-        fleet, out, layout=layout, metrics=metrics, progress=progress, end_of_file=not gpuwatch_series
-    )
+    """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series, one OpenMetrics file.
+
+    gpuwatch's series come from one analysis of the whole window (fragmentation under its request mix);
+    a fleet too large for that is written block by block with backfill.write_tsdb.
+    """
+    n = 0
+    if dcgm:
+        n += write_backfill(fleet, out, layout=layout, metrics=metrics, progress=progress, end_of_file=False)
     if gpuwatch_series:
-        service = FleetService.demo(fleet=fleet)
-        analysis = service.analysis(fleet.window)
         # Samples sit mid-interval like the DCGM ones, so avg_over_time(x[step]) at t_i + step reads sample i.
-        n += write_openmetrics(
-            published_series(analysis, last_only=False), out, offset_seconds=fleet.window.step_seconds / 2
-        )
+        families = history_families(history_service(fleet), fleet.window)
+        n += write_openmetrics(families, out, offset_seconds=fleet.window.step_seconds / 2, end_of_file=False)
+    out.write("# EOF\n")
     return n
+
+
+def history_service(fleet: SimulatedFleet) -> FleetService:
+    """The simulated fleet's service for writing its history: nothing cached, one analysis at a time."""
+    return FleetService(settings=demo_settings(), sources=SimulatedSources(fleet), cache_size=0)
+
+
+def history_families(service: FleetService, chunk: Window) -> list[Family]:
+    """The gpuwatch_* samples of the chunk as `gpuwatch export` would have published them all along.
+
+    The analysis reaches back one idle window before the chunk, as the exporter's own does each cycle,
+    so the idle rule holds at its first sample (and idle-since reaches back no further either).
+    """
+    step = timedelta(seconds=chunk.step_seconds)
+    reach = math.ceil(service.settings.idle.window_seconds / chunk.step_seconds) * step + step
+    first = max(service.history_start() or chunk.start, chunk.start - reach)
+    analysis = service.analysis(replace(chunk, start=first))
+    since = pd.Timestamp(chunk.start)
+    return [f.since(since) for f in published_series(analysis, last_only=False)]
 
 
 def serve_simulated_metrics(params: SimulationParams, *, host: str, port: int) -> "Closable":
@@ -315,12 +360,14 @@ def serve_simulated_kube_api(
     token: str | None,
     kubeconfig_path: str | None,
     tls: bool = True,
+    cpu_pods: int = 0,
 ) -> "Closable":
     """Serve the fleet's Kubernetes API until closed: over HTTPS with a CA made at start (tls=False: plain
-    http), wanting the bearer `token` (None: anyone); optionally write a kubeconfig (URL, CA, token)."""
+    http), wanting the bearer `token` (None: anyone); optionally write a kubeconfig (URL, CA, token).
+    `cpu_pods` adds that many running pods without GPUs, as a large cluster lists beside its GPU pods."""
     from gpuwatch.sources.simulated.kubeapi import KubeApiServer
 
-    server = KubeApiServer(params.build(), host=host, port=port, token=token, tls=tls)
+    server = KubeApiServer(params.build(), host=host, port=port, token=token, tls=tls, cpu_pods=cpu_pods)
     try:
         server.start()
     except OSError as e:

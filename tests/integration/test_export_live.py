@@ -42,7 +42,9 @@ def test_live_exporter_publishes_what_the_demo_exporter_does(
             kubernetes=KubernetesSettings(kubeconfig=kubeconfig),
         )
     )
-    live = ExportLoop(FleetService(settings=settings, sources=LiveSources(settings, clock=lambda: fleet.now)))
+    # As `gpuwatch export` runs: the cluster followed by watches.
+    sources = LiveSources(settings, clock=lambda: fleet.now, watch_cluster=True)
+    live = ExportLoop(FleetService(settings=settings, sources=sources))
     demo = ExportLoop(FleetService.demo(Settings(), fleet))
     assert live.run_once().error == ""
     demo.run_once()
@@ -61,6 +63,12 @@ def test_live_exporter_publishes_what_the_demo_exporter_does(
         "prometheus": 1.0,
         "kubernetes": 1.0,
     }
+    # Later cycles publish the same from the watched cache, without listing anything again.
+    assert live.run_once().error == ""
+    assert _families(live)["gpuwatch_pod_gpu_allocation"] == got["gpuwatch_pod_gpu_allocation"]
+    assert sources.cluster is not None
+    assert {s.lists for s in sources.cluster.stats().values()} == {1}
+    sources.cluster.stop()
 
 
 def test_export_keeps_serving_with_prometheus_down(kubeconfig: str, tmp_path: Path) -> None:

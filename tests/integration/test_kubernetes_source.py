@@ -136,3 +136,30 @@ def test_unreachable_server_and_bad_kubeconfig(tmp_path: Path) -> None:
         KubernetesSource(kubeconfig=str(tmp_path / "missing")).cluster_state()
     with pytest.raises(ConfigError, match="kubernetes: cannot load"):
         KubernetesSource(kubeconfig=str(path), context="nope").cluster_state()
+
+
+def test_pods_without_gpus_are_listed_and_passed_over(fleet: SimulatedFleet, tmp_path: Path) -> None:
+    """A large cluster lists node agents and services beside its GPU pods: the API serves them, and the
+    cluster state gpuwatch keeps is the same as without them."""
+    from kubernetes import client, config
+
+    with KubeApiServer(fleet, token=TOKEN, cpu_pods=700) as server:
+        path = tmp_path / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
+        api = client.CoreV1Api(config.new_client_from_config(str(path)))
+        listed = api.list_pod_for_all_namespaces(limit=5000).items
+        state = KubernetesSource(kubeconfig=str(path), page_size=250).cluster_state()
+    assert len(listed) == len(fleet.api_pods()) + 700
+    gpu_asks = sum(
+        1 for p in listed if any("nvidia.com" in r for c in p.spec.containers for r in c.resources.requests)
+    )
+    assert len(listed) - gpu_asks == 700 + len(fleet.targets)  # and the dcgm-exporter pods
+    expected = {p.key for p in fleet.api_pods() if p.gpu_requests and p.phase in ("Running", "Pending")}
+    assert {p.key for p in state.gpu_pods()} == expected
+    assert {p.namespace for p in state.pods} & {
+        "kube-system",
+        "monitoring",
+        "logging",
+        "web",
+        "data",
+    } == set()

@@ -1,5 +1,6 @@
 """`gpuwatch export`: fresh gauges per scrape, golden exposition text, a failing source marked down."""
 
+import io
 import os
 import re
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
 from gpuwatch.exporter import ExportLoop, GpuwatchCollector
 from gpuwatch.model import Window
+from gpuwatch.series import Family, write_openmetrics
 from gpuwatch.service import FleetService, SimulatedSources
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
@@ -112,4 +114,29 @@ def test_a_failing_source_is_marked_down_and_the_last_series_stay(sources: Flaky
     assert (
         VOLATILE.sub("", before).split("# HELP gpuwatch_source_up")[0]
         == VOLATILE.sub("", after).split("# HELP gpuwatch_source_up")[0]
+    )
+
+
+def test_openmetrics_history_writes_each_series_whole_and_in_time_order() -> None:
+    """Backfill text: one block per label set in first-seen order, its samples by time, values in
+    shortest round-trip form, label values escaped; `end_of_file=False` leaves room for more."""
+    t = pd.to_datetime(["2026-11-20T00:02:00Z", "2026-11-20T00:00:00Z", "2026-11-20T00:01:00Z"] * 2)
+    samples = pd.DataFrame(
+        {
+            "timestamp": t,
+            "pool": ['a"b', "c", 'a"b', "c", 'a"b', "c"],
+            "value": [0.1 + 0.2, 1.0, 2.0, 3.0, 4.0, 5.0],
+        }
+    )
+    out = io.StringIO()
+    family = Family("gpuwatch_x", "An example.", ("pool",), samples)
+    assert write_openmetrics([family], out, offset_seconds=30.0, end_of_file=False) == 6
+    assert out.getvalue() == (
+        "# HELP gpuwatch_x An example.\n# TYPE gpuwatch_x gauge\n"
+        'gpuwatch_x{pool="a\\"b"} 4.0 1795132830.000\n'
+        'gpuwatch_x{pool="a\\"b"} 2.0 1795132890.000\n'
+        'gpuwatch_x{pool="a\\"b"} 0.30000000000000004 1795132950.000\n'
+        'gpuwatch_x{pool="c"} 1.0 1795132830.000\n'
+        'gpuwatch_x{pool="c"} 5.0 1795132890.000\n'
+        'gpuwatch_x{pool="c"} 3.0 1795132950.000\n'
     )

@@ -121,3 +121,17 @@ def test_scaled_fleet_keeps_its_shape() -> None:
     big = build_demo_fleet(seed=1, end=END, days=0.25, gpus=400)
     assert 360 <= sum(n.gpu_count for n in big.nodes) <= 440
     assert len({n.pool for n in big.nodes}) == 4
+
+
+def test_a_pod_count_stretches_lifetimes_not_how_many_run_at_once() -> None:
+    """--pods: a month with a quarter of the demo's pods, each living longer; the GPUs stay as busy."""
+
+    def running_at_end(f: SimulatedFleet) -> int:
+        return sum(1 for p in f.pods if p.phase == "Running" and p.node)
+
+    natural = build_demo_fleet(seed=1, end=END, days=30, step_seconds=3600)
+    wanted = len(natural.pods) // 4
+    fewer = build_demo_fleet(seed=1, end=END, days=30, step_seconds=3600, pods=wanted)
+    assert 0.75 * wanted <= len(fewer.pods) <= 1.25 * wanted
+    assert running_at_end(fewer) == pytest.approx(running_at_end(natural), rel=0.2)
+    assert build_demo_fleet(seed=1, end=END, days=30, step_seconds=3600, pods=10**6).pods == natural.pods

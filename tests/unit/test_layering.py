@@ -20,6 +20,8 @@ ALLOWED = {
     "series": BASE | {"service"},
     # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service.
     "history": BASE | {"sources", "series", "service"},
+    # backfill writes the simulated fleet's history into a TSDB directory (promtool), beside service.
+    "backfill": BASE | {"service", "series", "sources"},
     "report": BASE | {"service", "history"},
     "exporter": BASE | {"service", "series"},
     # views answer a window on one of two read paths: raw (service) or recorded history (history, and
@@ -27,7 +29,7 @@ ALLOWED = {
     "views": BASE | {"service", "history", "report", "series", "sources"},
     # ui draws views and shows the report's numbers; never sources or analytics.
     "ui": BASE | {"service", "report", "views"},
-    "cli": BASE | {"service", "history", "report", "exporter", "ui", "views"},
+    "cli": BASE | {"backfill", "service", "history", "report", "exporter", "ui", "views"},
     "__main__": {"cli"},
     "__init__": set(),
 }

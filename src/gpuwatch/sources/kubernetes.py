@@ -81,13 +81,7 @@ class KubernetesSource:
         except KubernetesError:
             return "the Kubernetes API"
 
-    def list_raw(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], int]:
-        """All objects of a kind (pods, nodes, namespaces, resourcequotas), page by page.
-
-        A 410 Expired on a continue token restarts the list from scratch, at most max_list_restarts
-        times (the API server compacted the resourceVersion the pages were read at). Returns the
-        items and how many restarts it took.
-        """
+    def _method(self, kind: str) -> Callable[..., Any]:
         core = self._core()
         method: Callable[..., Any] = {
             "pods": core.list_pod_for_all_namespaces,
@@ -95,10 +89,27 @@ class KubernetesSource:
             "namespaces": core.list_namespace,
             "resourcequotas": core.list_resource_quota_for_all_namespaces,
         }[kind]
+        return method
+
+    def list_raw(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], int]:
+        """All objects of a kind (pods, nodes, namespaces, resourcequotas), page by page.
+
+        A 410 Expired on a continue token restarts the list from scratch, at most max_list_restarts
+        times (the API server compacted the resourceVersion the pages were read at). Returns the
+        items and how many restarts it took.
+        """
+        items, _version, restarts = self.list_versioned(kind, field_selector=field_selector)
+        return items, restarts
+
+    def list_versioned(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], str, int]:
+        """list_raw(), and the resourceVersion the list was read at (where a watch of it starts)."""
+        method = self._method(kind)
         restarts = 0
         while True:
+            versions: list[str] = []
             try:
-                return list(self._pages(method, kind, field_selector)), restarts
+                items = list(self._pages(method, kind, field_selector, versions))
+                return items, versions[0] if versions else "", restarts
             except _ExpiredError:
                 restarts += 1
                 if restarts > self.max_list_restarts:
@@ -107,7 +118,9 @@ class KubernetesSource:
                         f"after {self.max_list_restarts} restarts"
                     ) from None
 
-    def _pages(self, method: Callable[..., Any], kind: str, field_selector: str) -> Iterator[JsonObject]:
+    def _pages(
+        self, method: Callable[..., Any], kind: str, field_selector: str, versions: list[str] | None = None
+    ) -> Iterator[JsonObject]:
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {
@@ -130,20 +143,48 @@ class KubernetesSource:
                 raise KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}") from e
             except ValueError as e:
                 raise KubernetesError(f"kubernetes: listing {kind} returned invalid JSON") from e
+            meta = body.get("metadata") or {}
+            if versions is not None and not token:
+                versions.append(str(meta.get("resourceVersion") or ""))
             yield from body.get("items") or []
-            token = (body.get("metadata") or {}).get("continue") or None
+            token = meta.get("continue") or None
             if not token:
                 return
 
+    def watch_raw(self, kind: str, *, resource_version: str, timeout_seconds: int) -> Iterator[JsonObject]:
+        """The events of a watch of `kind` from `resource_version` (with bookmarks), as raw JSON objects
+        {"type", "object"}, until the server ends it after about `timeout_seconds`. An ERROR event is
+        yielded as is (410 Expired: the version was compacted, list again); a dropped connection is a
+        KubernetesError."""
+        try:
+            response = self._method(kind)(
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                _request_timeout=(self.timeout_seconds, timeout_seconds + self.timeout_seconds),
+            )
+        except ApiException as e:
+            raise _api_error(e, kind) from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}") from e
+        try:
+            buffer = b""
+            for chunk in response.stream(amt=65_536, decode_content=True):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                yield from (json.loads(line) for line in lines if line.strip())
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise KubernetesError(f"kubernetes: the watch of {kind} was cut: {_reason(e)}") from e
+        except ValueError as e:
+            raise KubernetesError(f"kubernetes: the watch of {kind} sent invalid JSON") from e
+        finally:
+            response.release_conn()
+
     def can_list(self, kind: str) -> str | None:
         """None if a one-item list of `kind` works, else the one-line reason (for `gpuwatch check`)."""
-        core = self._core()
-        method = {
-            "pods": core.list_pod_for_all_namespaces,
-            "nodes": core.list_node,
-            "namespaces": core.list_namespace,
-            "resourcequotas": core.list_resource_quota_for_all_namespaces,
-        }[kind]
+        method = self._method(kind)
         try:
             method(limit=1, _preload_content=False, _request_timeout=self.timeout_seconds)
         except ApiException as e:
@@ -154,40 +195,63 @@ class KubernetesSource:
 
     def cluster_state(self) -> ClusterState:
         """Nodes, running and pending pods (field selectors), namespaces and quotas, parsed."""
-        problems = _Problems()
-        nodes_raw, r1 = self.list_raw("nodes")
+        nodes, r1 = self.list_raw("nodes")
         running, r2 = self.list_raw("pods", field_selector="status.phase=Running")
         pending, r3 = self.list_raw("pods", field_selector="status.phase=Pending")
-        namespaces_raw, r4 = self.list_raw("namespaces")
-        quotas_raw, r5 = self.list_raw("resourcequotas")
-        nodes = [n for n in (parse_node(obj, problems) for obj in nodes_raw) if n is not None]
-        pods: list[Pod] = []
-        exporter_pod_nodes: dict[str, str] = {}
-        exporter_ip_nodes: dict[str, str] = {}
-        for obj in running + pending:
-            pod = parse_pod(obj, problems)
-            if pod is None:
-                continue
-            if is_exporter_pod(obj):
-                if pod.node:
-                    exporter_pod_nodes[pod.name] = pod.node
-                    ip = (obj.get("status") or {}).get("podIP")
-                    if ip:
-                        exporter_ip_nodes[ip] = pod.node
-                pods.append(pod)
-            elif pod.gpu_requests:
-                pods.append(pod)
-        return ClusterState(
-            nodes=tuple(nodes),
-            pods=tuple(pods),
-            namespaces=tuple(parse_namespace(obj) for obj in namespaces_raw),
-            quotas=tuple(q for q in (parse_quota(obj, problems) for obj in quotas_raw) if q is not None),
-            exporter_pod_nodes=exporter_pod_nodes,
-            exporter_ip_nodes=exporter_ip_nodes,
-            warnings=tuple(problems.messages),
-            skipped=problems.count,
-            list_restarts=r1 + r2 + r3 + r4 + r5,
+        namespaces, r4 = self.list_raw("namespaces")
+        quotas, r5 = self.list_raw("resourcequotas")
+        return state_from_raw(
+            nodes, running + pending, namespaces, quotas, list_restarts=r1 + r2 + r3 + r4 + r5
         )
+
+
+def state_from_raw(
+    nodes_raw: list[JsonObject],
+    pods_raw: list[JsonObject],
+    namespaces_raw: list[JsonObject],
+    quotas_raw: list[JsonObject],
+    *,
+    list_restarts: int = 0,
+) -> ClusterState:
+    """The cluster state of raw API objects (pods: the running and pending ones)."""
+    problems = _Problems()
+    nodes = [n for n in (parse_node(obj, problems) for obj in nodes_raw) if n is not None]
+    pods: list[Pod] = []
+    exporter_pod_nodes: dict[str, str] = {}
+    exporter_ip_nodes: dict[str, str] = {}
+    for obj in pods_raw:
+        pod = parse_pod(obj, problems)
+        if pod is None:
+            continue
+        if is_exporter_pod(obj):
+            if pod.node:
+                exporter_pod_nodes[pod.name] = pod.node
+                ip = (obj.get("status") or {}).get("podIP")
+                if ip:
+                    exporter_ip_nodes[ip] = pod.node
+            pods.append(pod)
+        elif pod.gpu_requests:
+            pods.append(pod)
+    return ClusterState(
+        nodes=tuple(nodes),
+        pods=tuple(pods),
+        namespaces=tuple(parse_namespace(obj) for obj in namespaces_raw),
+        quotas=tuple(q for q in (parse_quota(obj, problems) for obj in quotas_raw) if q is not None),
+        exporter_pod_nodes=exporter_pod_nodes,
+        exporter_ip_nodes=exporter_ip_nodes,
+        warnings=tuple(problems.messages),
+        skipped=problems.count,
+        list_restarts=list_restarts,
+    )
+
+
+def pod_matters(obj: JsonObject) -> bool:
+    """A running or pending pod that requests GPUs or is a dcgm-exporter: what cluster_state keeps."""
+    phase = (obj.get("status") or {}).get("phase")
+    if phase not in ("Running", "Pending"):
+        return False
+    pod = parse_pod(obj, _Problems())
+    return pod is None or bool(pod.gpu_requests) or is_exporter_pod(obj)  # a malformed one is warned of
 
 
 class _ExpiredError(Exception):

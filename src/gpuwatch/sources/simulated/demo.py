@@ -277,10 +277,12 @@ def build_demo_fleet(
     days: float = 7.0,
     step_seconds: int = 60,
     gpus: int | None = None,
+    pods: int | None = None,
 ) -> SimulatedFleet:
     """The SPEC §5 demo fleet: 80 GPUs in four pools and 13 teams, scaled to about `gpus` if given.
 
-    `end` defaults to the current hour (UTC); pass it explicitly for a reproducible fleet.
+    `end` defaults to the current hour (UTC); pass it explicitly for a reproducible fleet. `pods`: about
+    that many pods over the window, by living longer (as many run at once; lifetimes never shorten).
     """
     if end is None:
         end = demo_end()
@@ -289,7 +291,36 @@ def build_demo_fleet(
     scale = 1.0 if gpus is None else gpus / base_gpus
     pools = tuple(replace(p, nodes=max(1, round(p.nodes * scale))) for p in DEMO_POOLS)
     streams = tuple(replace(s, concurrency=max(1, round(s.concurrency * scale))) for s in DEMO_STREAMS)
+    if pods is not None:
+        streams = _stretched(streams, window, pods)
     return simulate(seed=seed, window=window, pools=pools, streams=streams, namespaces=DEMO_NAMESPACES)
+
+
+def _stretched(streams: Sequence[Stream], window: Window, pods: int) -> tuple[Stream, ...]:
+    """The streams with every lifetime stretched by one factor (>= 1, found by bisection) so that they
+    start about `pods` pods over the window."""
+
+    def scaled(factor: float) -> tuple[Stream, ...]:
+        return tuple(replace(s, hours=(s.hours[0] * factor, s.hours[1] * factor)) for s in streams)
+
+    low, high = 1.0, 1e4
+    if _expected_pods(streams, window) <= pods:
+        return tuple(streams)
+    for _ in range(60):
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if _expected_pods(scaled(mid), window) > pods else (low, mid)
+    return scaled(high)
+
+
+def _expected_pods(streams: Sequence[Stream], window: Window) -> float:
+    """About how many pods the streams start over the window (each slot: a chain of pods and pauses,
+    the first begun up to a lifetime before the window)."""
+    hours = window.duration_seconds / 3600
+    total = 0.0
+    for s in streams:
+        lo, hi = s.hours
+        total += s.concurrency * (hours + hi / 2) / ((lo + hi) / 2 + max(lo * 0.1, 0.25))
+    return total
 
 
 def simulate(
@@ -563,7 +594,10 @@ def _health_events(window: Window, nodes: Sequence[Node], gpus: Sequence[Gpu]) -
     85 °C alert threshold until now)."""
     events = []
     hidden = [n for n in nodes if n.allocatable.get(RESOURCE_GPU, 0) < n.capacity.get(RESOURCE_GPU, 0)]
-    whole = {n.name: [g for g in gpus if g.node == n.name and not g.mig_profile] for n in nodes}
+    whole: dict[str, list[Gpu]] = {n.name: [] for n in nodes}
+    for gpu in gpus:
+        if not gpu.mig_profile:
+            whole[gpu.node].append(gpu)
     if hidden:
         g = whole[hidden[0].name][-1]
         events.append(

@@ -2,31 +2,30 @@
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import json
 import os
-import socket
-import ssl
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
+from gpuwatch.sources.simulated.kubeevents import ChangeLog, watch_lines
+from gpuwatch.sources.simulated.kubehttp import Handler, HttpServer
 from gpuwatch.sources.simulated.kubeobjects import (
     KUBELET_VERSION,
     JsonObject,
     namespace_object,
     node_object,
     pod_object,
+    pods_without_gpus,
     quota_object,
     status_object,
 )
@@ -137,7 +136,10 @@ class KubeApiServer:
     or a token outlived `continue_ttl_seconds`; asked for `as=Table` (kubectl), they answer the Table
     form with the real server's columns. With a `token`, every API path wants
     `Authorization: Bearer <token>` (401 otherwise); token=None serves anyone. Resources in `forbidden`
-    answer 403. `extra_pods` are raw Pod objects appended to pod lists as-is (to inject malformed data).
+    answer 403. `extra_pods` are raw Pod objects appended to pod lists as-is (to inject malformed data);
+    `cpu_pods` adds that many pods without GPUs (a large cluster's node agents and services).
+    `watch=true` streams the changes made with apply() and delete() (kubeevents); the server keeps no
+    snapshots, so any write expires the continue tokens issued before it, as a compaction would.
     """
 
     def __init__(
@@ -150,8 +152,12 @@ class KubeApiServer:
         forbidden: Collection[str] = (),
         continue_ttl_seconds: float | None = None,
         extra_pods: Sequence[JsonObject] = (),
+        cpu_pods: int = 0,
         clock: Callable[[], float] = time.monotonic,
         tls: bool = True,
+        watch_timeout_seconds: float = 60.0,
+        bookmark_seconds: float = 1.0,
+        event_capacity: int = 10_000,
     ) -> None:
         unknown = set(forbidden) - set(_RESOURCES)
         if unknown:
@@ -167,10 +173,14 @@ class KubeApiServer:
         self.accept_log: list[str] = []  # the Accept header of each request in request_log ("" if none)
         self._clock = clock
         self._lock = threading.Lock()
-        self._epoch = 0
-        self._httpd: _HttpServer | None = None
+        self._log = ChangeLog(_BASE_RESOURCE_VERSION, capacity=event_capacity)
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.bookmark_seconds = bookmark_seconds
+        self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
-        pods = sorted(fleet.api_pods(), key=lambda p: (p.namespace, p.name))
+        pods = sorted(
+            fleet.api_pods() + pods_without_gpus(fleet, cpu_pods), key=lambda p: (p.namespace, p.name)
+        )
         self._objects: dict[str, list[JsonObject]] = {
             "pods": [pod_object(fleet, p) for p in pods] + [dict(p) for p in extra_pods],
             "nodes": [node_object(fleet, n) for n in sorted(fleet.nodes, key=lambda n: n.name)],
@@ -188,7 +198,7 @@ class KubeApiServer:
         """Bind and serve in a daemon thread (it dies with the process if close() is never called)."""
         if self._httpd is not None:
             return self
-        httpd = _HttpServer((self.host, self.port), _Handler)
+        httpd = HttpServer((self.host, self.port), Handler)
         httpd.api = self
         httpd.tls = self.certificate.server_context() if self.certificate is not None else None
         self.port = httpd.server_address[1]
@@ -210,6 +220,7 @@ class KubeApiServer:
         """Stop serving and release the port; safe to call twice."""
         httpd, thread = self._httpd, self._thread
         self._httpd, self._thread = None, None
+        self._log.close()
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
@@ -229,13 +240,40 @@ class KubeApiServer:
 
     @property
     def resource_version(self) -> str:
-        with self._lock:
-            return str(_BASE_RESOURCE_VERSION + self._epoch)
+        return str(self._log.version)
 
     def expire_continue_tokens(self) -> None:
-        """Move the resourceVersion on (as a compaction would): every token issued so far answers 410."""
+        """Move the resourceVersion on (as a compaction would): every token issued so far answers 410,
+        and so does every watch from a version before now."""
+        self._log.compact()
+
+    def apply(self, resource: str, obj: JsonObject) -> JsonObject:
+        """Create or replace an object (by namespace and name): watches see ADDED or MODIFIED."""
+        key = _key(obj)
         with self._lock:
-            self._epoch += 1
+            objects = self._objects[resource]
+            index = next((i for i, o in enumerate(objects) if _key(o) == key), None)
+            stamped = self._log.record(resource, "ADDED" if index is None else "MODIFIED", obj)
+            if index is None:
+                objects.append(stamped)
+            else:
+                objects[index] = stamped
+            return stamped
+
+    def delete(self, resource: str, namespace: str | None, name: str) -> None:
+        """Remove an object: watches see DELETED (a KeyError when there is none)."""
+        with self._lock:
+            objects = self._objects[resource]
+            index = next((i for i, o in enumerate(objects) if _key(o) == (namespace or "", name)), None)
+            if index is None:
+                raise KeyError(f"{resource} {namespace or ''}/{name}")
+            gone = objects.pop(index)
+            self._log.record(resource, "DELETED", gone)
+
+    def drop_connections(self) -> None:
+        """Cut every open connection, watches included, as a load balancer restart would."""
+        if self._httpd is not None:
+            self._httpd.drop_connections()
 
     def write_kubeconfig(
         self, path: str | os.PathLike[str], *, context: str = "gpuwatch-sim", namespace: str = "default"
@@ -296,9 +334,9 @@ class KubeApiServer:
 
     def handle(
         self, method: str, target: str, authorization: str | None, accept: str | None = None
-    ) -> tuple[int, str, bytes]:
+    ) -> tuple[int, str, bytes | Iterator[bytes]]:
         """Answer one request: (HTTP status, content type, body); lists and objects as a Table when the
-        Accept header asks for one."""
+        Accept header asks for one; a watch as an iterator of event lines."""
         parts = urlsplit(target)
         path = "/" + "/".join(s for s in unquote(parts.path).split("/") if s)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -310,6 +348,8 @@ class KubeApiServer:
                 )
             if path in ("/healthz", "/livez", "/readyz"):
                 return 200, "text/plain; charset=utf-8", b"ok"
+            if query.get("watch") in ("true", "1"):
+                return 200, "application/json", self._watch(path, query)
             body = self._route(path, query)
             version = table_version(accept)
             if version is not None:
@@ -402,19 +442,9 @@ class KubeApiServer:
 
     def _list(self, resource: str, namespace: str | None, query: dict[str, str]) -> JsonObject:
         self._authorize("list", resource, namespace, None)
-        if query.get("watch") in ("true", "1"):
-            raise _bad_request("watch is not supported by the gpuwatch simulated API server")
-        try:
-            predicates = parse_field_selector(query.get("fieldSelector", ""), _RESOURCES[resource].fields)
-            predicates += parse_label_selector(query.get("labelSelector", ""))
-        except SelectorError as e:
-            raise _bad_request(str(e)) from e
-        items = [
-            obj
-            for obj in self._objects[resource]
-            if (namespace is None or field_value(obj, "metadata.namespace") == namespace)
-            and all(p(obj) for p in predicates)
-        ]
+        matches = self._matcher(resource, namespace, query)
+        with self._lock:
+            items = [obj for obj in self._objects[resource] if matches(obj)]
         limit = _limit(query.get("limit", ""))
         token = query.get("continue", "")
         rv = self.resource_version
@@ -439,6 +469,62 @@ class KubeApiServer:
             "metadata": meta,
             "items": items[start:end],
         }
+
+    def _matcher(
+        self, resource: str, namespace: str | None, query: dict[str, str]
+    ) -> Callable[[JsonObject], bool]:
+        """Whether an object is in the namespace and matches the field and label selectors."""
+        try:
+            predicates = parse_field_selector(query.get("fieldSelector", ""), _RESOURCES[resource].fields)
+            predicates += parse_label_selector(query.get("labelSelector", ""))
+        except SelectorError as e:
+            raise _bad_request(str(e)) from e
+
+        def matches(obj: JsonObject) -> bool:
+            in_namespace = namespace is None or field_value(obj, "metadata.namespace") == namespace
+            return in_namespace and all(p(obj) for p in predicates)
+
+        return matches
+
+    def _watch(self, path: str, query: dict[str, str]) -> Iterator[bytes]:
+        """The watch of a collection path (/api/v1/pods, /api/v1/namespaces/x/pods, ...)."""
+        seg = path.strip("/").split("/")
+        if len(seg) == 3 and seg[:2] == ["api", "v1"] and seg[2] in _RESOURCES:
+            resource, namespace = seg[2], None
+        elif (
+            len(seg) == 5 and seg[:3] == ["api", "v1", "namespaces"] and seg[4] in ("pods", "resourcequotas")
+        ):
+            resource, namespace = seg[4], seg[3]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+        self._authorize("watch", resource, namespace, None)
+        matches = self._matcher(resource, namespace, query)
+        kind = _RESOURCES[resource].kind
+
+        def initial() -> list[JsonObject]:
+            with self._lock:
+                return [_with_kind(o, kind) for o in self._objects[resource] if matches(o)]
+
+        timeout = min(
+            float(query.get("timeoutSeconds") or self.watch_timeout_seconds), self.watch_timeout_seconds
+        )
+        return watch_lines(
+            self._log,
+            resource=resource,
+            kind=kind,
+            since=query.get("resourceVersion", ""),
+            initial=initial,
+            matches=matches,
+            bookmarks=query.get("allowWatchBookmarks") in ("true", "1"),
+            timeout_seconds=timeout,
+            bookmark_seconds=self.bookmark_seconds,
+        )
+
+
+def _key(obj: JsonObject) -> tuple[str, str]:
+    found = obj.get("metadata")
+    meta: JsonObject = found if isinstance(found, dict) else {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def _same(given: str, expected: str) -> bool:
@@ -489,88 +575,6 @@ _VERSION: JsonObject = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-
-
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    api: KubeApiServer
-    tls: ssl.SSLContext | None = None
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.connections_lock:
-            self.connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.connections_lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        """Handle one connection; with TLS the handshake happens here, in the connection's own thread, so
-        a client that never completes it holds up no other."""
-        if self.tls is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(_Handler.timeout)
-        try:
-            secure = self.tls.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
-            return  # not TLS, or gone: nothing to answer
-        with self.connections_lock:
-            self.connections.discard(request)
-            self.connections.add(secure)
-        try:
-            self.RequestHandlerClass(secure, client_address, cast(Any, self))
-        finally:
-            with self.connections_lock:
-                self.connections.discard(secure)
-            with contextlib.suppress(OSError):
-                secure.shutdown(socket.SHUT_RDWR)
-            secure.close()
-
-    def drop_connections(self) -> None:
-        """Cut kept-alive client connections, so nothing is answered once the server is closed."""
-        with self.connections_lock:
-            open_now = list(self.connections)
-        for conn in open_now:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "gpuwatch-kubeapi-sim"
-    timeout = 30  # idle kept-alive connections end by themselves
-    disable_nagle_algorithm = True  # headers and body go out in two writes; do not wait for delayed ACKs
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)  # drain a body so the kept-alive connection stays in step
-        api = cast(_HttpServer, self.server).api
-        accept = self.headers.get("Accept")
-        code, content_type, body = api.handle(
-            self.command, self.path, self.headers.get("Authorization"), accept
-        )
-        api.log_request(self.command, self.path, code, accept)
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-cache, private")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: tests read `KubeApiServer.request_log` instead of stderr."""
 
 
 def write_kubeconfig(

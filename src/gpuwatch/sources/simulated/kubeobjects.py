@@ -1,6 +1,7 @@
 """The simulated fleet rendered as Kubernetes core/v1 JSON objects, as a real API server returns them."""
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -8,7 +9,9 @@ from gpuwatch.model import Namespace, Node, Pod, ResourceQuota, utc
 from gpuwatch.sources.simulated.fleet import (
     DRIVER_VERSION,
     EXPORTER_NAMESPACE,
+    ExporterTarget,
     SimulatedFleet,
+    _uid,
     stable_hex,
 )
 
@@ -28,6 +31,17 @@ _IMAGES: Mapping[str, str] = {
     "nvidia-dcgm-exporter": EXPORTER_IMAGE,
 }
 _DEFAULT_IMAGE = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+# Pods without GPUs a real cluster runs beside the GPU ones: per-node agents, then services.
+_CPU_WORKLOADS = (
+    ("kube-system", "kube-proxy"),
+    ("kube-system", "calico-node"),
+    ("monitoring", "node-exporter"),
+    ("logging", "fluent-bit"),
+    ("kube-system", "csi-node"),
+    ("web", "api-gateway"),
+    ("web", "frontend"),
+    ("data", "etl-worker"),
+)
 
 
 def rfc3339(dt: datetime) -> str:
@@ -53,18 +67,43 @@ def uid(*parts: object) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    """The fleet's nodes (position, node) and exporter targets by name: one dict look per pod rendered,
+    not a walk over every node (the API server renders tens of thousands of pods)."""
+
+    nodes: tuple[Node, ...]
+    node_at: dict[str, tuple[int, Node]]
+    target_of: dict[str, ExporterTarget]
+
+
+_LAST_LOOKUP: list[_Lookup] = []
+
+
+def _lookup(fleet: SimulatedFleet) -> _Lookup:
+    last = _LAST_LOOKUP[0] if _LAST_LOOKUP else None
+    if last is not None and last.nodes is fleet.nodes:
+        return last
+    made = _Lookup(
+        fleet.nodes,
+        {n.name: (i, n) for i, n in enumerate(fleet.nodes)},
+        {t.pod: t for t in fleet.targets},
+    )
+    _LAST_LOOKUP[:] = [made]
+    return made
+
+
 def node_internal_ip(fleet: SimulatedFleet, node: str) -> str:
-    i = next((k for k, n in enumerate(fleet.nodes) if n.name == node), 0)
+    i = _lookup(fleet).node_at.get(node, (0, None))[0]
     return f"172.20.{i // 250}.{i % 250 + 10}"
 
 
 def _pod_ip(fleet: SimulatedFleet, pod: Pod) -> str:
-    target = next(
-        (t for t in fleet.targets if t.pod == pod.name and pod.namespace == EXPORTER_NAMESPACE), None
-    )
+    lookup = _lookup(fleet)
+    target = lookup.target_of.get(pod.name) if pod.namespace == EXPORTER_NAMESPACE else None
     if target is not None:
         return target.ip
-    i = next((k for k, n in enumerate(fleet.nodes) if n.name == pod.node), 0)
+    i = lookup.node_at.get(pod.node or "", (0, None))[0]
     host = int(stable_hex(pod.uid, n=6), 16) % 250 + 2
     return f"10.244.{i}.{host}"
 
@@ -94,7 +133,7 @@ def _meta(
 
 def pod_object(fleet: SimulatedFleet, pod: Pod) -> JsonObject:
     """The Pod as `GET /api/v1/namespaces/{ns}/pods/{name}` returns it at `fleet.now`."""
-    exporter = pod.namespace == EXPORTER_NAMESPACE and any(t.pod == pod.name for t in fleet.targets)
+    exporter = pod.namespace == EXPORTER_NAMESPACE and pod.name in _lookup(fleet).target_of
     meta = _meta(
         name=pod.name, namespace=pod.namespace, created=pod.created_at, object_uid=pod.uid, labels=pod.labels
     )
@@ -117,6 +156,30 @@ def pod_object(fleet: SimulatedFleet, pod: Pod) -> JsonObject:
         "spec": _pod_spec(pod, exporter=exporter),
         "status": _pod_status(fleet, pod, exporter=exporter),
     }
+
+
+def pods_without_gpus(fleet: SimulatedFleet, count: int) -> list[Pod]:
+    """`count` running pods that request no GPU, spread over the fleet's nodes: what the API server lists
+    beside the GPU pods of a large cluster (node agents, services), which gpuwatch must pass over."""
+    pods = []
+    nodes = [n.name for n in fleet.nodes] or [""]
+    for k in range(count):
+        namespace, app = _CPU_WORKLOADS[k % len(_CPU_WORKLOADS)]
+        name = f"{app}-{stable_hex(fleet.seed, 'cpu', k, n=5)}"
+        pods.append(
+            Pod(
+                namespace=namespace,
+                name=name,
+                uid=_uid(fleet.seed, namespace, name),
+                phase="Running",
+                created_at=fleet.window.start,
+                node=nodes[(k // len(_CPU_WORKLOADS)) % len(nodes)] or None,
+                started_at=fleet.window.start,
+                labels={"app": app},
+                container=app,
+            )
+        )
+    return pods
 
 
 def _pod_spec(pod: Pod, *, exporter: bool) -> JsonObject:
@@ -195,7 +258,8 @@ def _pod_status(fleet: SimulatedFleet, pod: Pod, *, exporter: bool) -> JsonObjec
             "qosClass": qos,
         }
     started = pod.started_at or pod.created_at
-    node_ready = next((n.ready for n in fleet.nodes if n.name == pod.node), True)
+    at = _lookup(fleet).node_at.get(pod.node)
+    node_ready = True if at is None else at[1].ready
     image = _IMAGES.get(pod.container, _DEFAULT_IMAGE)
     container: JsonObject = {
         "name": pod.container,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
+import numpy.typing as npt
 
 from gpuwatch.model import (
     RESOURCE_GPU,
@@ -95,8 +96,11 @@ class _Slot:
 def _slots(nodes: Sequence[Node], gpus: Sequence[Gpu]) -> dict[str, list[_Slot]]:
     """Free units per node, honouring allocatable (a hidden GPU offers nothing)."""
     out: dict[str, list[_Slot]] = {}
+    gpus_of: dict[str, list[Gpu]] = {}
+    for g in gpus:
+        gpus_of.setdefault(g.node, []).append(g)
     for node in nodes:
-        node_gpus = [g for g in gpus if g.node == node.name]
+        node_gpus = gpus_of.get(node.name, [])
         slots: list[_Slot] = []
         for g in node_gpus:
             if g.mig_profile:
@@ -117,13 +121,44 @@ def _slots(nodes: Sequence[Node], gpus: Sequence[Gpu]) -> dict[str, list[_Slot]]
     return out
 
 
-def _fits(stream: Stream, slot_resource: str) -> bool:
-    if stream.resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED) and slot_resource in (
-        RESOURCE_GPU,
-        RESOURCE_GPU_SHARED,
-    ):
-        return True  # a time-sliced pool offers either name depending on renameByDefault
-    return stream.resource == slot_resource
+def _kind(resource: str) -> str:
+    """Resources interchangeable for placement: a time-sliced pool offers nvidia.com/gpu or .shared
+    depending on renameByDefault, and a pod asking for either fits either; a MIG profile is its own."""
+    return RESOURCE_GPU if resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED) else resource
+
+
+class _FreeIndex:
+    """Per pool and resource kind, how many free units each schedulable node has (in pool order), so
+    best fit is one vectorized look instead of a walk over every node's units."""
+
+    def __init__(self, pool_nodes: Mapping[str, list[str]], free: Mapping[str, list[_Slot]]) -> None:
+        self.names = dict(pool_nodes)
+        self.counts: dict[tuple[str, str], npt.NDArray[np.int64]] = {}
+        self.positions: dict[str, list[tuple[str, int]]] = {}  # a node may match two pools' prefixes
+        for pool, names in pool_nodes.items():
+            for i, name in enumerate(names):
+                self.positions.setdefault(name, []).append((pool, i))
+                for slot in free[name]:
+                    self._array(pool, _kind(slot.resource))[i] += 1
+
+    def _array(self, pool: str, kind: str) -> npt.NDArray[np.int64]:
+        key = (pool, kind)
+        if key not in self.counts:
+            self.counts[key] = np.zeros(len(self.names[pool]), dtype=np.int64)
+        return self.counts[key]
+
+    def best_fit(self, pool: str, resource: str, qty: int) -> str | None:
+        """The node with the fewest free units of the kind that still holds qty (first in pool order)."""
+        counts = self.counts.get((pool, _kind(resource)))
+        if counts is None:
+            return None
+        fitting = np.where(counts >= qty, counts, np.iinfo(np.int64).max)
+        i = int(fitting.argmin())
+        return self.names[pool][i] if counts[i] >= qty else None
+
+    def change(self, node: str, resource: str, delta: int) -> None:
+        for pool, i in self.positions.get(node, []):
+            self._array(pool, _kind(resource))[i] += delta
 
 
 def _schedule(
@@ -150,21 +185,23 @@ def _schedule(
     archetypes: dict[str, str] = {}
     counter = 0
 
+    index = _FreeIndex(pool_nodes, free)
+
     def try_place(req: _Request, now: datetime) -> bool:
         nonlocal counter
-        best: tuple[int, str] | None = None
-        for name in pool_nodes.get(req.stream.pool, []):
-            avail = [s for s in free[name] if _fits(req.stream, s.resource)]
-            # Time-sliced pods take replicas of distinct GPUs when they ask for more than one.
-            if len(avail) >= req.stream.qty and (best is None or len(avail) < best[0]):
-                best = (len(avail), name)
-        if best is None:
+        name = (
+            index.best_fit(req.stream.pool, req.stream.resource, req.stream.qty)
+            if req.stream.pool in pool_nodes
+            else None
+        )
+        if name is None:
             return False
-        name = best[1]
-        avail = [s for s in free[name] if _fits(req.stream, s.resource)]
-        taken = avail[: req.stream.qty]
+        kind = _kind(req.stream.resource)
+        # Time-sliced pods take replicas of distinct GPUs when they ask for more than one.
+        taken = [s for s in free[name] if _kind(s.resource) == kind][: req.stream.qty]
         for s in taken:
             free[name].remove(s)
+        index.change(name, kind, -len(taken))
         end = now + req.duration
         node = node_by_name[name]
         pod_name = f"{req.name}-{stable_hex(seed, req.name, n=5)}"
@@ -213,6 +250,7 @@ def _schedule(
         while releases and releases[0][0] <= t:
             when, _, name, taken = heapq.heappop(releases)
             free[name].extend(taken)
+            index.change(name, taken[0].resource, len(taken))
             retry_waiting(when)
 
     def retry_waiting(now: datetime) -> None:

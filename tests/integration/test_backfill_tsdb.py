@@ -1,0 +1,79 @@
+"""`gpuwatch simulate backfill --tsdb`: history written block by block through promtool (as a month of a
+large fleet must be) holds exactly the samples of the one-file backfill, and its flags behave."""
+
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.backfill import write_tsdb
+from gpuwatch.service import write_fleet_backfill
+from gpuwatch.sources.simulated import build_demo_fleet
+from tests.integration.prom import PROMTOOL, create_blocks
+
+pytestmark = pytest.mark.integration
+END = datetime(2026, 11, 20, tzinfo=UTC)
+UTIL = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+
+
+def _dump(tsdb: Path) -> list[str]:
+    """Every sample the TSDB holds, one `{labels} value timestamp` line each, sorted."""
+    (tsdb / "wal").mkdir(exist_ok=True)  # dump opens the DB as Prometheus would: it wants a WAL
+    done = subprocess.run(
+        [PROMTOOL, "tsdb", "dump", str(tsdb)], capture_output=True, text=True, check=True, timeout=300
+    )
+    return sorted(done.stdout.splitlines())
+
+
+def _names(lines: list[str]) -> set[str]:
+    return set(re.findall(r'__name__="([^"]+)"', "\n".join(lines)))
+
+
+def _gpuwatch(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "gpuwatch", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_blocks_hold_exactly_the_one_file_backfill(tmp_path: Path) -> None:
+    """Six hours straddling 2 h block boundaries, DCGM and gpuwatch_* series, two workers."""
+    fleet = build_demo_fleet(seed=3, end=datetime(2026, 11, 20, 1, tzinfo=UTC), days=0.25, step_seconds=300)
+    one_file = tmp_path / "all.om"
+    with one_file.open("w", encoding="utf-8") as out:
+        written = write_fleet_backfill(fleet, out, metrics=UTIL)
+    create_blocks(one_file, tmp_path / "one")
+    done = write_tsdb(fleet, tmp_path / "blocks", metrics=UTIL, workers=2)
+    assert done.samples == written
+    assert done.blocks == 4  # 23:00-01:00 -> blocks 18-20, 20-22, 22-24, 00-02 (epoch-aligned 2 h)
+    assert sum(1 for p in (tmp_path / "blocks").iterdir() if (p / "meta.json").is_file()) == 4
+    expected = _dump(tmp_path / "one")
+    assert len(expected) == written
+    assert _dump(tmp_path / "blocks") == expected
+    names = _names(expected)
+    assert {"DCGM_FI_DEV_GPU_UTIL", "gpuwatch_pod_gpu_allocation", "gpuwatch_node_gpus"} <= names
+
+
+def test_cli_writes_the_gpuwatch_history_alone(tmp_path: Path) -> None:
+    tsdb = tmp_path / "tsdb"
+    done = _gpuwatch(
+        "simulate", "backfill", "--days", "0.125", "--step", "300s", "--end", END.isoformat(),
+        "--no-dcgm", "--tsdb", str(tsdb), "--workers", "1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"blocks of {tsdb}" in done.stderr
+    names = _names(_dump(tsdb))
+    assert not any(n.startswith("DCGM_") for n in names)
+    assert {"gpuwatch_pod_gpu_allocation", "gpuwatch_team_gpus", "gpuwatch_pool_gpus"} <= names
+
+
+def test_cli_refuses_to_write_nothing(tmp_path: Path) -> None:
+    done = _gpuwatch(
+        "simulate", "backfill", "--no-dcgm", "--no-gpuwatch-series", "--tsdb", str(tmp_path / "t"),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "gpuwatch: error: --no-dcgm with --no-gpuwatch-series leaves nothing to write"
+    ]
+    assert not (tmp_path / "t").exists()
