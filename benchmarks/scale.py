@@ -1,0 +1,307 @@
+"""Benchmark: gpuwatch at fleet scale (issue 12) on a real Prometheus. Not a test: nothing is asserted.
+
+  world    `gpuwatch simulate backfill --gpus G --days D --step 300s --no-dcgm --tsdb DIR` (timed, incl.
+           promtool), then Prometheus on DIR once it has compacted the 2 h blocks. `--tsdb DIR` keeps the
+           world for the next run (reused when built with the same parameters).
+  pages    `gpuwatch serve` on that Prometheus and the simulated Kubernetes API of the same fleet, every
+           page opened in headless Chromium for windows of 24 h, 7 d and 30 d ending at the world's end:
+           the first visit of each window and page (cold) and the p95 of `--repeat` more (warm), to the
+           moment Dash has no callback in flight; then the serve process's peak RSS (VmHWM).
+  report   `gpuwatch report --start <D days before the end> --end <end>` (a fresh process each time).
+  exporter `gpuwatch export` cycles at G GPUs with the API server listing ~50,000 pods (--cpu-pods more
+           without GPUs): CPU seconds and peak RSS of each cycle.
+  compare  side by side in one run on a 1,000-GPU 7-day world holding DCGM and gpuwatch_* series: the
+           7-day view opened cold on the raw path (DCGM samples recomputed) and on the recorded one.
+
+Targets (issue 12): pages <= 3 s cold and <= 1 s warm p95; report <= 5 s; serve <= 2 GB RSS; an
+exporter cycle <= 5 s CPU and <= 1.5 GB RSS; the
+recorded path >= 20x faster than the raw one cold; world set-up <= 15 min on 2 cores.
+Run from the repository root: python benchmarks/scale.py [--gpus 10000 --days 30] [--tsdb DIR]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress as it happens
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from tests.integration.browser import browser_page, settle  # noqa: E402
+from tests.integration.prom import PrometheusServer, free_port  # noqa: E402
+
+from collect import block_count, dir_bytes, wait_for_compaction  # noqa: E402
+
+END = datetime(2026, 11, 20, tzinfo=UTC)
+PODS_PER_GPU_MONTH = 5.0  # 10,000 GPUs: ~50,000 pods over 30 days (issue 12)
+MARKER = "gpuwatch-scale.json"
+GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
+PAGES = ("/", "/capacity", "/waste", "/teams", "/teams/genai", "/health")
+WINDOWS = {"24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+DONE = (
+    "() => window.dash_clientside !== undefined"
+    " && !document.querySelector('[data-dash-is-loading=\"true\"]')"
+    " && /resolution|DCGM samples/.test(document.body.innerText)"
+)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def world_args(gpus: int, days: float, step: str, *more: str, end: datetime = END) -> list[str]:
+    """The fleet's flags: the same ones give the same fleet, so the API server and the history agree.
+    Worlds of a day or more have about PODS_PER_GPU_MONTH pods per GPU and 30 days."""
+    fleet = ["--gpus", str(gpus), "--days", f"{days:g}", "--step", step, "--end", end.isoformat()]
+    if days >= 1:
+        fleet += ["--pods", str(round(PODS_PER_GPU_MONTH * gpus * days / 30))]
+    return [*fleet, *more]
+
+
+def build_world(tsdb: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The scale world's TSDB: built (timed) unless `tsdb` holds one with the same parameters."""
+    params = {"world": world_args(args.gpus, args.days, "300s")}
+    marker = tsdb / MARKER
+    if tsdb.exists():
+        if not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != params:
+            sys.exit(f"{tsdb} exists but was not built by this benchmark with these parameters: remove it")
+        print(f"world: reusing {tsdb} ({dir_bytes(tsdb) / 1e6:,.0f} MB, {block_count(tsdb)} blocks)")
+        return {}
+    began = time.perf_counter()
+    cmd = [GPUWATCH, "simulate", "backfill", *world_args(args.gpus, args.days, "300s", "--no-dcgm")]
+    subprocess.run([*cmd, "--tsdb", str(tsdb)], check=True)
+    seconds = time.perf_counter() - began
+    marker.write_text(json.dumps(params), encoding="utf-8")
+    print(
+        f"world: {' '.join(cmd[1:])} took {seconds:.0f} s ({seconds / 60:.1f} min), "
+        f"{block_count(tsdb)} blocks"
+    )
+    return {"backfill_seconds": seconds}
+
+
+@contextmanager
+def kube_api(
+    gpus: int, days: float, step: str, workdir: Path, *, end: datetime = END, cpu_pods: int = 0
+) -> Iterator[Path]:
+    """The simulated Kubernetes API of the same fleet (its state at the world's end) and a kubeconfig."""
+    kubeconfig = workdir / "kubeconfig"
+    port = free_port()
+    cmd = [GPUWATCH, "simulate", "kube-api", *world_args(gpus, days, step, end=end), "--port", str(port)]
+    cmd += ["--cpu-pods", str(cpu_pods)]
+    proc = subprocess.Popen([*cmd, "--write-kubeconfig", str(kubeconfig)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # "Kubernetes API on ..." then "kubeconfig written to ..."
+            if "kubeconfig written" in line:
+                break
+        else:
+            raise RuntimeError(f"the simulated Kubernetes API did not start ({proc.wait()})")
+        yield kubeconfig
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@contextmanager
+def serve(prometheus_url: str, kubeconfig: Path) -> Iterator[tuple[str, int]]:
+    port = free_port()
+    cmd = [GPUWATCH, "serve", "--prometheus-url", prometheus_url, "--kubeconfig", str(kubeconfig)]
+    proc = subprocess.Popen([*cmd, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        import requests
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{base}/_dash-layout", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.3)
+        yield base, proc.pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def peak_rss_gb(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024 / 1024
+    return float("nan")
+
+
+def query_of(window: timedelta) -> str:
+    start, end = END - window, END
+    return f"?window=custom&start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def time_pages(base: str, pid: int, repeat: int, world: timedelta) -> list[tuple[str, str, float, float]]:
+    rows = []
+    with browser_page(1440, 1000) as (page, errors):
+        for name, length in WINDOWS.items():
+            if length > world:
+                continue
+            for path in PAGES:
+                url = f"{base}{path}{query_of(length)}"
+                visits = []
+                for _ in range(1 + repeat):
+                    began = time.perf_counter()
+                    page.goto(url)
+                    page.wait_for_function(DONE, timeout=600_000)
+                    visits.append(time.perf_counter() - began)
+                rows.append((name, path, visits[0], p95(visits[1:])))
+                print(
+                    f"  {name:<4} {path:<13} cold {visits[0]:7.2f} s   warm p50 "
+                    f"{statistics.median(visits[1:]):6.2f} s  p95 {p95(visits[1:]):6.2f} s   "
+                    f"serve RSS {peak_rss_gb(pid):.2f} GB",
+                    flush=True,
+                )
+        settle(page)
+        if errors:
+            print(f"  console errors: {errors[:3]}")
+    return rows
+
+
+def time_report(prometheus_url: str, kubeconfig: Path, days: float) -> float:
+    start = END - timedelta(days=days)
+    cmd = [GPUWATCH, "report", "--prometheus-url", prometheus_url, "--kubeconfig", str(kubeconfig)]
+    cmd += ["--start", start.isoformat(), "--end", END.isoformat(), "--format", "json"]
+    began = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - began
+
+
+def compare(workdir: Path, args: argparse.Namespace) -> None:
+    """Raw against recorded on one world, cold, each in a fresh service (no shared cache)."""
+    from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
+    from gpuwatch.model import Window
+    from gpuwatch.service import FleetService, LiveSources, demo_settings
+    from gpuwatch.views.reader import open_view
+
+    tsdb = workdir / "compare-tsdb"
+    days, gpus = args.compare_days, args.compare_gpus
+    began = time.perf_counter()
+    cmd = [GPUWATCH, "simulate", "backfill", *world_args(gpus, days, "60s")]
+    cmd += ["--metrics", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "--tsdb", str(tsdb)]
+    subprocess.run(cmd, check=True)
+    print(
+        f"compare: {gpus:,} GPUs x {days:g} d world (DCGM + gpuwatch_*) in "
+        f"{time.perf_counter() - began:.0f} s"
+    )
+    window = Window(start=END - timedelta(days=days), end=END, step_seconds=300)
+    with PrometheusServer(tsdb) as prom, kube_api(gpus, days, "60s", workdir) as kubeconfig:
+        wait_for_compaction(prom.url, tsdb)
+        seconds = {}
+        for name, limit in (("raw", 10**13), ("recorded", 0)):
+            base = Settings(
+                prometheus=PrometheusSettings(url=prom.url),
+                kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+            )
+            settings = replace(demo_settings(base), views=ViewSettings(raw_max_gpu_samples=limit))
+            service = FleetService(settings=settings, sources=LiveSources(settings))
+            began = time.perf_counter()
+            view = open_view(service, window)
+            view.ledger_timeline(), view.team_timeline()  # what the overview draws
+            seconds[name] = time.perf_counter() - began
+            print(f"  {name:<9} {seconds[name]:7.2f} s  ({view.read_path.describe()})", flush=True)
+    print(f"compare: recorded is {seconds['raw'] / seconds['recorded']:.1f}x faster cold (target >= 20x)")
+
+
+def exporter(workdir: Path, args: argparse.Namespace) -> None:
+    """`gpuwatch export` cycles on the same fleet size: its DCGM series of the last hours backfilled (the
+    world ends at the minute the benchmark starts, as the exporter reads `now`), the Kubernetes API
+    listing --cpu-pods more pods without GPUs. CPU seconds of this process and its peak RSS per cycle."""
+    from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
+    from gpuwatch.exporter.collector import ExportLoop
+    from gpuwatch.service import FleetService, demo_settings
+
+    end = datetime.now(UTC).replace(second=0, microsecond=0)
+    tsdb, hours = workdir / "exporter-tsdb", 2.0
+    began = time.perf_counter()
+    cmd = [GPUWATCH, "simulate", "backfill", *world_args(args.gpus, hours / 24, "60s", end=end)]
+    subprocess.run([*cmd, "--no-gpuwatch-series", "--tsdb", str(tsdb)], check=True)
+    print(
+        f"exporter: {args.gpus:,} GPUs' DCGM series of the last {hours:g} h written in "
+        f"{time.perf_counter() - began:.0f} s"
+    )
+    with (
+        PrometheusServer(tsdb) as prom,
+        kube_api(args.gpus, hours / 24, "60s", workdir, end=end, cpu_pods=args.cpu_pods) as kubeconfig,
+    ):
+        base = Settings(
+            prometheus=PrometheusSettings(url=prom.url),
+            kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
+        )
+        loop = ExportLoop(FleetService.live(demo_settings(base), watch_cluster=True))
+        for n in range(4):
+            if n:  # a new minute: a new window, not the service's cached analysis of the last one
+                time.sleep(61 - datetime.now(UTC).second)
+            cpu, wall = time.process_time(), time.perf_counter()
+            result = loop.run_once()
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            series = sum(len(f.samples) for f in result.families)
+            print(
+                f"  cycle {n + 1}: {wall:6.2f} s wall, {cpu:6.2f} s CPU (target <= 5 s), "
+                f"peak RSS {peak_rss_gb(os.getpid()):.2f} GB (target <= 1.5 GB), {series:,} series"
+                + (f", error: {result.error}" if result.error else ""),
+                flush=True,
+            )
+        state = loop.service.sources.cluster_state()
+        print(f"exporter: the cache holds {len(state.pods):,} GPU pods of the API server's listing")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=10_000)
+    parser.add_argument("--days", type=float, default=30.0)
+    parser.add_argument("--tsdb", help="keep the scale world here (reused when it matches)")
+    parser.add_argument("--repeat", type=int, default=10, help="warm visits per page and window")
+    parser.add_argument("--compare-gpus", type=int, default=1000)
+    parser.add_argument("--compare-days", type=float, default=7.0)
+    parser.add_argument("--cpu-pods", type=int, default=40_000, help="pods without GPUs the API lists")
+    parser.add_argument("--skip", nargs="*", default=[], choices=("pages", "report", "exporter", "compare"))
+    args = parser.parse_args()
+    for tool in ("promtool", "prometheus", "chromium"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found: run `make test-deps` first")
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-scale-") as scratch:
+        workdir = Path(scratch)
+        tsdb = Path(args.tsdb) if args.tsdb else workdir / "tsdb"
+        build_world(tsdb, args)
+        if "pages" not in args.skip or "report" not in args.skip:
+            with PrometheusServer(tsdb) as prom:
+                wait_for_compaction(prom.url, tsdb)
+                print(f"prometheus: {block_count(tsdb)} blocks, {dir_bytes(tsdb) / 1e6:,.0f} MB")
+                with kube_api(args.gpus, args.days, "300s", workdir) as kubeconfig:
+                    if "report" not in args.skip:
+                        for n in range(3):
+                            took = time_report(prom.url, kubeconfig, args.days)
+                            print(f"report: {args.days:g} d, run {n + 1}: {took:.2f} s (target <= 5 s)")
+                    if "pages" not in args.skip:
+                        with serve(prom.url, kubeconfig) as (base, pid):
+                            time_pages(base, pid, args.repeat, timedelta(days=args.days))
+                            print(f"serve: peak RSS {peak_rss_gb(pid):.2f} GB (target <= 2 GB)")
+        if "exporter" not in args.skip:
+            exporter(workdir, args)
+        if "compare" not in args.skip:
+            compare(workdir, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
