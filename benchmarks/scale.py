@@ -150,10 +150,13 @@ def query_of(window: timedelta) -> str:
     return f"?window=custom&start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}"
 
 
-def time_pages(base: str, pid: int, repeat: int, world: timedelta) -> list[tuple[str, str, float, float]]:
+def time_pages(
+    base: str, pid: int, repeat: int, windows: list[str], world: timedelta
+) -> list[tuple[str, str, float, float]]:
     rows = []
     with browser_page(1440, 1000) as (page, errors):
-        for name, length in WINDOWS.items():
+        for name in windows:
+            length = WINDOWS[name]
             if length > world:
                 continue
             for path in PAGES:
@@ -193,12 +196,17 @@ def compare(workdir: Path, args: argparse.Namespace) -> None:
     from gpuwatch.service import FleetService, LiveSources, demo_settings
     from gpuwatch.views.reader import open_view
 
-    tsdb = workdir / "compare-tsdb"
+    tsdb = Path(args.compare_tsdb) if args.compare_tsdb else workdir / "compare-tsdb"
     days, gpus = args.compare_days, args.compare_gpus
     began = time.perf_counter()
     cmd = [GPUWATCH, "simulate", "backfill", *world_args(gpus, days, "60s")]
-    cmd += ["--metrics", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "--tsdb", str(tsdb)]
-    subprocess.run(cmd, check=True)
+    cmd += ["--metrics", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+    marker = tsdb / MARKER
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == cmd[1:]:
+        print(f"compare: reusing {tsdb}")
+    else:
+        subprocess.run([*cmd, "--tsdb", str(tsdb)], check=True)
+        marker.write_text(json.dumps(cmd[1:]), encoding="utf-8")
     print(
         f"compare: {gpus:,} GPUs x {days:g} d world (DCGM + gpuwatch_*) in "
         f"{time.perf_counter() - began:.0f} s"
@@ -215,7 +223,7 @@ def compare(workdir: Path, args: argparse.Namespace) -> None:
             settings = replace(demo_settings(base), views=ViewSettings(raw_max_gpu_samples=limit))
             service = FleetService(settings=settings, sources=LiveSources(settings))
             began = time.perf_counter()
-            view = open_view(service, window)
+            view = open_view(service, window, computed_at=END)
             view.ledger_timeline(), view.team_timeline()  # what the overview draws
             seconds[name] = time.perf_counter() - began
             print(f"  {name:<9} {seconds[name]:7.2f} s  ({view.read_path.describe()})", flush=True)
@@ -271,8 +279,11 @@ def main() -> int:
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--tsdb", help="keep the scale world here (reused when it matches)")
     parser.add_argument("--repeat", type=int, default=10, help="warm visits per page and window")
+    parser.add_argument("--windows", default="24h,7d,30d", help="the page windows, of 24h, 7d, 30d")
+    parser.add_argument("--reports", type=int, default=3, help="runs of the report")
     parser.add_argument("--compare-gpus", type=int, default=1000)
     parser.add_argument("--compare-days", type=float, default=7.0)
+    parser.add_argument("--compare-tsdb", help="keep the comparison's world here (reused when it matches)")
     parser.add_argument("--cpu-pods", type=int, default=40_000, help="pods without GPUs the API lists")
     parser.add_argument("--skip", nargs="*", default=[], choices=("pages", "report", "exporter", "compare"))
     args = parser.parse_args()
@@ -289,12 +300,14 @@ def main() -> int:
                 print(f"prometheus: {block_count(tsdb)} blocks, {dir_bytes(tsdb) / 1e6:,.0f} MB")
                 with kube_api(args.gpus, args.days, "300s", workdir) as kubeconfig:
                     if "report" not in args.skip:
-                        for n in range(3):
+                        for n in range(args.reports):
                             took = time_report(prom.url, kubeconfig, args.days)
                             print(f"report: {args.days:g} d, run {n + 1}: {took:.2f} s (target <= 5 s)")
                     if "pages" not in args.skip:
                         with serve(prom.url, kubeconfig) as (base, pid):
-                            time_pages(base, pid, args.repeat, timedelta(days=args.days))
+                            time_pages(
+                                base, pid, args.repeat, args.windows.split(","), timedelta(days=args.days)
+                            )
                             print(f"serve: peak RSS {peak_rss_gb(pid):.2f} GB (target <= 2 GB)")
         if "exporter" not in args.skip:
             exporter(workdir, args)
