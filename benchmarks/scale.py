@@ -33,16 +33,16 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress as it happens
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from tests.integration.browser import browser_page, settle  # noqa: E402
+from tests.integration.browser import browser_page  # noqa: E402
 from tests.integration.prom import PrometheusServer, free_port  # noqa: E402
 
 from collect import block_count, dir_bytes, wait_for_compaction  # noqa: E402
+from ui import p95  # noqa: E402
 
 END = datetime(2026, 11, 20, tzinfo=UTC)
 PODS_PER_GPU_MONTH = 5.0  # 10,000 GPUs: ~50,000 pods over 30 days (issue 12)
@@ -57,11 +57,6 @@ DONE = (
 )
 
 
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
 def world_args(gpus: int, days: float, step: str, *more: str, end: datetime = END) -> list[str]:
     """The fleet's flags: the same ones give the same fleet, so the API server and the history agree.
     Worlds of a day or more have about PODS_PER_GPU_MONTH pods per GPU and 30 days."""
@@ -71,7 +66,7 @@ def world_args(gpus: int, days: float, step: str, *more: str, end: datetime = EN
     return [*fleet, *more]
 
 
-def build_world(tsdb: Path, args: argparse.Namespace) -> dict[str, Any]:
+def build_world(tsdb: Path, args: argparse.Namespace) -> None:
     """The scale world's TSDB: built (timed) unless `tsdb` holds one with the same parameters."""
     params = {"world": world_args(args.gpus, args.days, "300s")}
     marker = tsdb / MARKER
@@ -79,7 +74,7 @@ def build_world(tsdb: Path, args: argparse.Namespace) -> dict[str, Any]:
         if not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != params:
             sys.exit(f"{tsdb} exists but was not built by this benchmark with these parameters: remove it")
         print(f"world: reusing {tsdb} ({dir_bytes(tsdb) / 1e6:,.0f} MB, {block_count(tsdb)} blocks)")
-        return {}
+        return
     began = time.perf_counter()
     cmd = [GPUWATCH, "simulate", "backfill", *world_args(args.gpus, args.days, "300s", "--no-dcgm")]
     subprocess.run([*cmd, "--tsdb", str(tsdb)], check=True)
@@ -89,7 +84,6 @@ def build_world(tsdb: Path, args: argparse.Namespace) -> dict[str, Any]:
         f"world: {' '.join(cmd[1:])} took {seconds:.0f} s ({seconds / 60:.1f} min), "
         f"{block_count(tsdb)} blocks"
     )
-    return {"backfill_seconds": seconds}
 
 
 @contextmanager
@@ -150,10 +144,7 @@ def query_of(window: timedelta) -> str:
     return f"?window=custom&start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}"
 
 
-def time_pages(
-    base: str, pid: int, repeat: int, windows: list[str], world: timedelta
-) -> list[tuple[str, str, float, float]]:
-    rows = []
+def time_pages(base: str, pid: int, repeat: int, windows: list[str], world: timedelta) -> None:
     with browser_page(1440, 1000) as (page, errors):
         for name in windows:
             length = WINDOWS[name]
@@ -167,17 +158,14 @@ def time_pages(
                     page.goto(url)
                     page.wait_for_function(DONE, timeout=600_000)
                     visits.append(time.perf_counter() - began)
-                rows.append((name, path, visits[0], p95(visits[1:])))
                 print(
                     f"  {name:<4} {path:<13} cold {visits[0]:7.2f} s   warm p50 "
                     f"{statistics.median(visits[1:]):6.2f} s  p95 {p95(visits[1:]):6.2f} s   "
                     f"serve RSS {peak_rss_gb(pid):.2f} GB",
                     flush=True,
                 )
-        settle(page)
         if errors:
             print(f"  console errors: {errors[:3]}")
-    return rows
 
 
 def time_report(prometheus_url: str, kubeconfig: Path, days: float) -> float:

@@ -17,8 +17,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pandas as pd
-
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Window
 from gpuwatch.series import Family, write_openmetrics
@@ -48,6 +46,11 @@ class _Job:
     promtool: str
     tsdb: Path
     scratch: Path
+
+
+# Set by write_tsdb before it forks its workers, which inherit them (a fleet is never pickled).
+_FLEET: SimulatedFleet | None = None
+_JOB: _Job | None = None
 
 
 def block_ranges(window: Window) -> list[tuple[datetime, datetime]]:
@@ -87,7 +90,7 @@ def write_tsdb(
     with tempfile.TemporaryDirectory(prefix="gpuwatch-backfill-") as scratch:
         job = _Job(layout, metrics, dcgm, gpuwatch_series, promtool, target, Path(scratch))
         global _FLEET, _JOB
-        _FLEET, _JOB = fleet, job  # inherited by the forked workers, never pickled
+        _FLEET, _JOB = fleet, job
         try:
             with multiprocessing.get_context("fork").Pool(max(1, workers)) as pool:
                 for n, written, blocks in pool.imap_unordered(_write_task, tasks):
@@ -97,10 +100,6 @@ def write_tsdb(
         finally:
             _FLEET, _JOB = None, None
     return TsdbBackfill(samples=samples, blocks=len(ranges), openmetrics_bytes=size)
-
-
-_FLEET: SimulatedFleet | None = None
-_JOB: _Job | None = None
 
 
 def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int, int]:
@@ -117,7 +116,7 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int, int]
                 samples += write_backfill(
                     fleet, out, layout=job.layout, metrics=job.metrics, between=(a, b), end_of_file=False
                 )
-            inside = [_between(f, a, b) for f in families]
+            inside = [f.between(a, b) for f in families]
             samples += write_openmetrics(inside, out, offset_seconds=half)
         size += path.stat().st_size
         _import(job, path)
@@ -136,12 +135,6 @@ def _task_families(fleet: SimulatedFleet, ranges: list[tuple[datetime, datetime]
     if start >= end:
         return []
     return history_families(history_service(fleet), replace(window, start=start, end=end))
-
-
-def _between(family: Family, a: datetime, b: datetime) -> Family:
-    times = family.samples["timestamp"]
-    inside = (times >= pd.Timestamp(a)) & (times < pd.Timestamp(b))
-    return Family(family.name, family.help, family.labels, family.samples[inside])
 
 
 def _import(job: _Job, path: Path) -> None:

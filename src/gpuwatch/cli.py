@@ -403,8 +403,12 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
     if args.no_dcgm and args.no_gpuwatch_series:
         raise ConfigError("--no-dcgm with --no-gpuwatch-series leaves nothing to write")
     progress = ProgressBar("backfill", sys.stderr)
-    what = {"layout": args.layout, "metrics": args.metrics, "dcgm": not args.no_dcgm}
-    what["gpuwatch_series"] = not args.no_gpuwatch_series
+    what: dict[str, Any] = {
+        "layout": args.layout,
+        "metrics": args.metrics,
+        "dcgm": not args.no_dcgm,
+        "gpuwatch_series": not args.no_gpuwatch_series,
+    }
     try:
         if args.tsdb:
             fleet = _sim_params(args).build()

@@ -2,6 +2,7 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
@@ -24,9 +25,13 @@ class Family:
     labels: tuple[str, ...]
     samples: pd.DataFrame
 
-    def since(self, start: pd.Timestamp) -> "Family":
-        """The family's samples at `start` or later."""
-        return Family(self.name, self.help, self.labels, self.samples[self.samples["timestamp"] >= start])
+    def between(self, start: datetime, end: datetime | None = None) -> "Family":
+        """The family's samples timestamped in [start, end) (end None: from start on)."""
+        times = self.samples["timestamp"]
+        inside = times >= pd.Timestamp(start)
+        if end is not None:
+            inside &= times < pd.Timestamp(end)
+        return Family(self.name, self.help, self.labels, self.samples[inside])
 
 
 HELP = {
@@ -382,9 +387,8 @@ def _series_codes(
     for label in labels:
         codes, uniques = pd.factorize(samples[label], use_na_sentinel=False)
         combined, _ = pd.factorize(combined * len(uniques) + codes)  # stays below the rows' count
-    series_codes = combined
-    _, first_rows = np.unique(series_codes, return_index=True)
-    return series_codes, first_rows
+    _, first_rows = np.unique(combined, return_index=True)
+    return combined, first_rows
 
 
 def _label_text(names: Sequence[str], values: Sequence[str]) -> str:

@@ -337,8 +337,7 @@ def history_families(service: FleetService, chunk: Window) -> list[Family]:
     reach = math.ceil(service.settings.idle.window_seconds / chunk.step_seconds) * step + step
     first = max(service.history_start() or chunk.start, chunk.start - reach)
     analysis = service.analysis(replace(chunk, start=first))
-    since = pd.Timestamp(chunk.start)
-    return [f.since(since) for f in published_series(analysis, last_only=False)]
+    return [f.between(chunk.start) for f in published_series(analysis, last_only=False)]
 
 
 def serve_simulated_metrics(params: SimulationParams, *, host: str, port: int) -> "Closable":

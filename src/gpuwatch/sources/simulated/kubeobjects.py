@@ -162,7 +162,7 @@ def pods_without_gpus(fleet: SimulatedFleet, count: int) -> list[Pod]:
     """`count` running pods that request no GPU, spread over the fleet's nodes: what the API server lists
     beside the GPU pods of a large cluster (node agents, services), which gpuwatch must pass over."""
     pods = []
-    nodes = [n.name for n in fleet.nodes] or [""]
+    nodes = [n.name for n in fleet.nodes]
     for k in range(count):
         namespace, app = _CPU_WORKLOADS[k % len(_CPU_WORKLOADS)]
         name = f"{app}-{stable_hex(fleet.seed, 'cpu', k, n=5)}"
@@ -173,7 +173,7 @@ def pods_without_gpus(fleet: SimulatedFleet, count: int) -> list[Pod]:
                 uid=_uid(fleet.seed, namespace, name),
                 phase="Running",
                 created_at=fleet.window.start,
-                node=nodes[(k // len(_CPU_WORKLOADS)) % len(nodes)] or None,
+                node=nodes[(k // len(_CPU_WORKLOADS)) % len(nodes)] if nodes else None,
                 started_at=fleet.window.start,
                 labels={"app": app},
                 container=app,
