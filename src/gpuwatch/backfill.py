@@ -1,4 +1,5 @@
-"""The simulated fleet's history written straight into a Prometheus TSDB directory, through promtool.
+"""The simulated fleet's history as Prometheus would hold it: DCGM series, gpuwatch_* series and the hourly
+roll-ups the recording rules make of them, in one OpenMetrics file or straight into a TSDB directory.
 
 A month of a large fleet is far too big for one OpenMetrics file: promtool before 2.44 (Debian 12 ships
 2.42) writes 2 h blocks and re-reads its whole input once per block. So the history is cut into one
@@ -16,11 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+import pandas as pd
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Window
 from gpuwatch.series import Family, write_openmetrics
-from gpuwatch.service import history_families, history_service
+from gpuwatch.service import SimulationParams, history_families, history_service
+from gpuwatch.sources import promql
 from gpuwatch.sources.simulated.exposition import write_backfill
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 
@@ -51,6 +57,120 @@ class _Job:
 # Set by write_tsdb before it forks its workers, which inherit them (a fleet is never pickled).
 _FLEET: SimulatedFleet | None = None
 _JOB: _Job | None = None
+
+
+def write_simulated_backfill(
+    path: str,
+    params: SimulationParams,
+    *,
+    layout: str,
+    metrics: Sequence[str] | None = None,
+    dcgm: bool = True,
+    gpuwatch_series: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Write an OpenMetrics backfill of the simulated fleet; returns the number of samples written.
+
+    With gpuwatch_series, the gpuwatch_* history is appended as if `gpuwatch export` had run all along
+    (what long-window reports, recording rules and dashboards read).
+    """
+    fleet = params.build()
+    with open(path, "w", encoding="utf-8") as out:
+        return write_fleet_backfill(
+            fleet,
+            out,
+            layout=layout,
+            metrics=metrics,
+            dcgm=dcgm,
+            gpuwatch_series=gpuwatch_series,
+            progress=progress,
+        )
+
+
+def write_fleet_backfill(
+    fleet: SimulatedFleet,
+    out: TextIO,
+    *,
+    layout: str = "servicemonitor",
+    metrics: Sequence[str] | None = None,
+    dcgm: bool = True,
+    gpuwatch_series: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series with their hourly
+    roll-ups, one OpenMetrics file.
+
+    gpuwatch's series come from one analysis of the whole window (fragmentation under its request mix);
+    a fleet too large for that is written block by block with backfill.write_tsdb.
+    """
+    n = 0
+    if dcgm:
+        n += write_backfill(fleet, out, layout=layout, metrics=metrics, progress=progress, end_of_file=False)
+    if gpuwatch_series:
+        # Samples sit mid-interval like the DCGM ones, so avg_over_time(x[step]) at t_i + step reads sample i.
+        families = history_families(history_service(fleet), fleet.window)
+        half = fleet.window.step_seconds / 2
+        n += write_openmetrics(families, out, offset_seconds=half, end_of_file=False)
+        n += write_openmetrics(rollup_families(families, offset_seconds=half), out, end_of_file=False)
+    out.write("# EOF\n")
+    return n
+
+
+def rollup_families(
+    families: Sequence[Family],
+    *,
+    offset_seconds: float,
+    after: datetime | None = None,
+    until: datetime | None = None,
+) -> list[Family]:
+    """The hourly roll-ups (promql.ROLLUPS) Prometheus's recording rules make of these samples (written at
+    their timestamp + offset), evaluated on whole UTC hours: at hour h, per series, its grid function over
+    the ROLLUP_GRID_SECONDS grid points in (h − 1 h, h], one copy per grid point (the mean of its samples
+    there, or the last). Only grid points in (after, until] count, so blocks written apart give each hour
+    once; the evaluation marker is written at every hour those grid points reach."""
+    grid_ms = promql.ROLLUP_GRID_SECONDS * 1000
+    hour_ms = promql.ROLLUP_SECONDS * 1000
+    low = -np.inf if after is None else after.timestamp() * 1000
+    high = np.inf if until is None else until.timestamp() * 1000
+    by_name = {f.name: f for f in families}
+    out: list[Family] = []
+    hours: set[int] = set()
+    for metric, function in promql.ROLLUPS:
+        family = by_name.get(metric)
+        if family is None or family.samples.empty:
+            continue
+        samples = family.samples
+        labels = [label for label in promql.FAMILY_LABELS[metric] if label in samples.columns]
+        ms = samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy() + round(offset_seconds * 1000)
+        grid = -(-ms // grid_ms) * grid_ms
+        keep = (grid > low) & (grid <= high)
+        if not keep.any():
+            continue
+        frame = samples.loc[keep, labels].reset_index(drop=True)
+        frame["grid"], frame["ms"] = grid[keep], ms[keep]
+        frame["value"] = samples["value"].to_numpy(dtype=np.float64)[keep]
+        per_point = frame.sort_values("ms", kind="stable").groupby([*labels, "grid"], sort=False)
+        last = function == "last_over_time"
+        points = per_point.tail(1) if last else per_point.agg(value=("value", "mean")).reset_index()
+        points = points.assign(hour=-(-points["grid"].to_numpy() // hour_ms) * hour_ms)
+        per_hour = points.sort_values("grid", kind="stable").groupby([*labels, "hour"], sort=False)["value"]
+        reduced = {
+            "sum_over_time": per_hour.sum,
+            "count_over_time": per_hour.count,
+            "last_over_time": per_hour.last,
+        }
+        rolled = reduced[function]().reset_index()
+        hours.update(rolled["hour"].unique().tolist())
+        rolled["timestamp"] = pd.to_datetime(rolled.pop("hour"), unit="ms", utc=True)
+        name = promql.rollup_name(metric, function)
+        out.append(Family(name, f"Hourly {function} of {metric}.", tuple(labels), rolled))
+    if hours:
+        marks = np.arange(min(hours), max(hours) + hour_ms, hour_ms)
+        marker = pd.DataFrame(
+            {"timestamp": pd.to_datetime(marks, unit="ms", utc=True), "value": marks / 1000}
+        )
+        out.append(Family(promql.ROLLUP_MARKER, "When the hourly roll-ups were evaluated.", (), marker))
+    return out
 
 
 def block_ranges(window: Window) -> list[tuple[datetime, datetime]]:
@@ -109,6 +229,10 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int, int]
     families = _task_families(fleet, ranges) if job.gpuwatch_series else []
     samples = size = 0
     half = fleet.window.step_seconds / 2
+    # Roll-ups evaluated in the task's blocks [T0, T1) on the hour: of grid points in (T0 − 1 h, T1 − 1 h].
+    hour = timedelta(seconds=promql.ROLLUP_SECONDS)
+    first, end = ranges[0][0] + timedelta(seconds=half), ranges[-1][1] + timedelta(seconds=half)
+    rollups = rollup_families(families, offset_seconds=half, after=first - hour, until=end - hour)
     for a, b in ranges:
         path = job.scratch / f"block-{int(a.timestamp())}.om"
         with path.open("w", encoding="utf-8") as out:
@@ -117,21 +241,25 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int, int]
                     fleet, out, layout=job.layout, metrics=job.metrics, between=(a, b), end_of_file=False
                 )
             inside = [f.between(a, b) for f in families]
-            samples += write_openmetrics(inside, out, offset_seconds=half)
+            samples += write_openmetrics(inside, out, offset_seconds=half, end_of_file=False)
+            a_written, b_written = a + timedelta(seconds=half), b + timedelta(seconds=half)
+            samples += write_openmetrics([f.between(a_written, b_written) for f in rollups], out)
         size += path.stat().st_size
         _import(job, path)
     return samples, size, len(ranges)
 
 
 def _task_families(fleet: SimulatedFleet, ranges: list[tuple[datetime, datetime]]) -> list[Family]:
-    """gpuwatch_* samples whose interval starts in the task's blocks (the fleet's samples there)."""
+    """gpuwatch_* samples whose interval starts in the task's blocks (the fleet's samples there), and in the
+    hour before: the roll-up evaluated at the first block's start reads them."""
     window = fleet.window
     step = timedelta(seconds=window.step_seconds)
 
     def on_grid(t: datetime) -> datetime:
         return window.start + max(0, math.ceil((t - window.start) / step)) * step
 
-    start, end = on_grid(ranges[0][0]), min(window.end, on_grid(ranges[-1][1]))
+    hour = timedelta(seconds=promql.ROLLUP_SECONDS)
+    start, end = on_grid(ranges[0][0] - hour - step), min(window.end, on_grid(ranges[-1][1]))
     if start >= end:
         return []
     return history_families(history_service(fleet), replace(window, start=start, end=end))

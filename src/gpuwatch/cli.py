@@ -397,8 +397,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
-    from gpuwatch.backfill import write_tsdb
-    from gpuwatch.service import write_simulated_backfill
+    from gpuwatch.backfill import write_simulated_backfill, write_tsdb
 
     if args.no_dcgm and args.no_gpuwatch_series:
         raise ConfigError("--no-dcgm with --no-gpuwatch-series leaves nothing to write")

@@ -15,7 +15,7 @@ from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     HistorySums,
     PrometheusSource,
-    exporter_samples,
+    history_pieces,
     history_sums,
 )
 from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
@@ -86,7 +86,7 @@ def read_sums(
     prometheus: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
 ) -> HistorySums:
     """history_sums() of the window; NoHistoryError when Prometheus holds no gpuwatch_* samples in it."""
-    pieces = exporter_samples(prometheus, window, piece_seconds=piece_seconds)
+    pieces = history_pieces(prometheus, window, piece_seconds=piece_seconds)
     if not (pieces["samples"] > 0).any():
         raise NoHistoryError(
             f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
@@ -173,7 +173,7 @@ def assemble(
     in part (or `gaps`, finer lines of the same, say the buckets a view draws). Money uses the
     prices the exporter published (each pool's time average), the price book's where a pool has none.
     """
-    hours = _Hours(sums.pieces)
+    hours = SampleHours(sums.pieces)
     prices = _published_prices(sums, hours)
 
     def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
@@ -260,7 +260,7 @@ def assemble(
     )
 
 
-class _Hours:
+class SampleHours:
     """Per-piece sums of GE (or USD/h) samples to GE-hours (USD): × the piece's sample interval in hours."""
 
     def __init__(self, pieces: pd.DataFrame) -> None:
@@ -297,7 +297,7 @@ def _sum_known(values: "pd.Series[float]") -> float:
     return float(values.sum(min_count=1))
 
 
-def _telemetry_gpu_hours(sums: HistorySums, hours: _Hours) -> tuple[float, float]:
+def _telemetry_gpu_hours(sums: HistorySums, hours: SampleHours) -> tuple[float, float]:
     """GPU-hours of capacity, and of GPUs with DCGM telemetry: per node and piece at most its capacity,
     since gpuwatch_node_gpus_reporting counts each MIG instance (the raw path counts physical GPUs)."""
     keys = ["piece", "node"]
@@ -307,7 +307,7 @@ def _telemetry_gpu_hours(sums: HistorySums, hours: _Hours) -> tuple[float, float
     return hours.total(sums.capacity_sum), hours.total(present)
 
 
-def _time_average(sums: pd.DataFrame, counts: pd.DataFrame, hours: _Hours) -> "pd.Series[float]":
+def _time_average(sums: pd.DataFrame, counts: pd.DataFrame, hours: SampleHours) -> "pd.Series[float]":
     """Per pool, Σ value × interval / Σ samples × interval: a time average even where the exporter's
     cycle changed between pieces (NaN where the pool has no samples)."""
     total = hours.by(sums, ("pool",), "value").set_index("pool")["value"]
@@ -316,13 +316,13 @@ def _time_average(sums: pd.DataFrame, counts: pd.DataFrame, hours: _Hours) -> "p
     return mean
 
 
-def _published_prices(sums: HistorySums, hours: _Hours) -> dict[str, float]:
+def _published_prices(sums: HistorySums, hours: SampleHours) -> dict[str, float]:
     """Each pool's published price per GPU-hour, time-averaged over the window."""
     mean = _time_average(sums.price_sum, sums.price_count, hours).dropna()
     return {str(pool): float(price) for pool, price in mean.items()}
 
 
-def _pool_ledger(sums: HistorySums, hours: _Hours) -> pd.DataFrame:
+def _pool_ledger(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
     """pool and `<state>_gpu_hours` for every ledger state (0 where a pool never had that state)."""
     long = hours.by(sums.pool_states, ("pool", "state"), "gpu_hours")
     wide = long.pivot_table(index="pool", columns="state", values="gpu_hours", aggfunc="sum", fill_value=0.0)
@@ -331,7 +331,7 @@ def _pool_ledger(sums: HistorySums, hours: _Hours) -> pd.DataFrame:
     return wide.rename_axis(index="pool").reset_index()
 
 
-def _workloads(sums: HistorySums, hours: _Hours, price_of: "PriceOf") -> pd.DataFrame:
+def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd.DataFrame:
     """One row per pod (namespace, pod, team): GE-hours, dollars, and at its last sample node, pool,
     gpus and idle_since (set only when every GE it held then was idle, as idle_since() in the raw path)."""
     keys = list(POD_KEYS)
@@ -373,7 +373,7 @@ def _workloads(sums: HistorySums, hours: _Hours, price_of: "PriceOf") -> pd.Data
     return out
 
 
-def _teams(sums: HistorySums, hours: _Hours, workloads: pd.DataFrame) -> pd.DataFrame:
+def _teams(sums: HistorySums, hours: SampleHours, workloads: pd.DataFrame) -> pd.DataFrame:
     """Per team: allocated, idle and used GE-hours, cost and waste from the team series; pods from the
     pod series."""
     states = hours.by(sums.team_states, ("team", "state"), "gpu_hours")
@@ -404,7 +404,7 @@ def _teams(sums: HistorySums, hours: _Hours, workloads: pd.DataFrame) -> pd.Data
 
 
 def _pools(
-    sums: HistorySums, hours: _Hours, pool_hours: pd.DataFrame, workloads: pd.DataFrame
+    sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame, workloads: pd.DataFrame
 ) -> pd.DataFrame:
     """Per pool: nodes and GPUs now, ledger GE-hours, used GE-hours, the window's mean fragmentation
     ratio and the largest free block now."""

@@ -5,7 +5,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, TextIO
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, PrometheusError, SourceError
 from gpuwatch.model import ALLOCATED_STATES, PriceBook, TeamRules, Window, ge_per_unit, normalize_product
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
-from gpuwatch.series import Family, published_series, write_openmetrics
+from gpuwatch.series import Family, published_series
 from gpuwatch.sources.clustercache import ClusterCache
 from gpuwatch.sources.dcgm import ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
@@ -43,7 +43,6 @@ from gpuwatch.sources.simulated.demo import (
     build_demo_fleet,
 )
 from gpuwatch.sources.simulated.demo import demo_end as demo_end
-from gpuwatch.sources.simulated.exposition import write_backfill
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 from gpuwatch.sources.simulated.source import SimulatedSource
 
@@ -266,60 +265,6 @@ class SimulationParams:
             gpus=self.gpus,
             pods=self.pods,
         )
-
-
-def write_simulated_backfill(
-    path: str,
-    params: SimulationParams,
-    *,
-    layout: str,
-    metrics: Sequence[str] | None = None,
-    dcgm: bool = True,
-    gpuwatch_series: bool = True,
-    progress: Callable[[int, int], None] | None = None,
-) -> int:
-    """Write an OpenMetrics backfill of the simulated fleet; returns the number of samples written.
-
-    With gpuwatch_series, the gpuwatch_* history is appended as if `gpuwatch export` had run all along
-    (what long-window reports, recording rules and dashboards read).
-    """
-    fleet = params.build()
-    with open(path, "w", encoding="utf-8") as out:
-        return write_fleet_backfill(
-            fleet,
-            out,
-            layout=layout,
-            metrics=metrics,
-            dcgm=dcgm,
-            gpuwatch_series=gpuwatch_series,
-            progress=progress,
-        )
-
-
-def write_fleet_backfill(
-    fleet: SimulatedFleet,
-    out: TextIO,
-    *,
-    layout: str = "servicemonitor",
-    metrics: Sequence[str] | None = None,
-    dcgm: bool = True,
-    gpuwatch_series: bool = True,
-    progress: Callable[[int, int], None] | None = None,
-) -> int:
-    """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series, one OpenMetrics file.
-
-    gpuwatch's series come from one analysis of the whole window (fragmentation under its request mix);
-    a fleet too large for that is written block by block with backfill.write_tsdb.
-    """
-    n = 0
-    if dcgm:
-        n += write_backfill(fleet, out, layout=layout, metrics=metrics, progress=progress, end_of_file=False)
-    if gpuwatch_series:
-        # Samples sit mid-interval like the DCGM ones, so avg_over_time(x[step]) at t_i + step reads sample i.
-        families = history_families(history_service(fleet), fleet.window)
-        n += write_openmetrics(families, out, offset_seconds=fleet.window.step_seconds / 2, end_of_file=False)
-    out.write("# EOF\n")
-    return n
 
 
 def history_service(fleet: SimulatedFleet) -> FleetService:

@@ -18,7 +18,7 @@ from typing import IO, Any, Literal, Protocol, Self
 
 import requests
 
-from gpuwatch.service import write_fleet_backfill
+from gpuwatch.backfill import write_fleet_backfill
 from gpuwatch.sources.simulated import SimulatedFleet
 from gpuwatch.sources.simulated.exposition import write_backfill
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.backfill import write_tsdb
-from gpuwatch.service import write_fleet_backfill
+from gpuwatch.backfill import write_fleet_backfill, write_tsdb
 from gpuwatch.sources.simulated import build_demo_fleet
 from tests.integration.prom import PROMTOOL, create_blocks
 

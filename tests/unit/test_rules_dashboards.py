@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuwatch.sources import promql
+
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
 DASHBOARDS = ROOT / "dashboards"
@@ -151,6 +153,7 @@ def test_recording_rule_is_named_level_metric_operations(rule: dict[str, Any]) -
         "namespace",
         "node",
         "node_gpu",
+        "hour",
     }
 
 
@@ -257,3 +260,13 @@ def test_every_gpuwatch_series_read_is_one_docs_metrics_md_documents() -> None:
         exprs += [v["definition"] for v in board["templating"]["list"] if v["type"] == "query"]
     read = {name for e in exprs for name in re.findall(r"(?<![:\w])gpuwatch_[a-z_]+", e)}
     assert read - documented == {"gpuwatch_team_idle_budget_usd_per_hour"}
+
+
+def test_the_hourly_rollups_are_the_grid_reads_the_history_path_makes() -> None:
+    """The roll-up group is what the history path reads whole hours from: a drifted expression would
+    make a month's report differ from its hour-by-hour raw read."""
+    groups = yaml.safe_load((ALERTS / "gpuwatch-recording.rules.yml").read_text(encoding="utf-8"))["groups"]
+    (group,) = [g for g in groups if g["name"] == "gpuwatch.rollup"]
+    assert group["interval"] == "1h"
+    written = [{"record": r["record"], "expr": r["expr"].rstrip("\n")} for r in group["rules"]]
+    assert written == promql.rollup_rules()

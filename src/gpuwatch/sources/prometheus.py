@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -693,35 +694,109 @@ def window_pieces(window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS)
 
 
 DEFAULT_HISTORY_RESOLUTION_SECONDS: Final = 60
+# A piece to read: piece, end, seconds; grid_seconds, the grid it is read on; rollup, whether from the
+# hourly roll-ups (promql.ROLLUPS); resolution_seconds, the longest a grid sample stands for (the
+# exporter's interval, at least the grid); samples, its grid points with an exporter cycle (0: none).
+Build = Callable[[float, int, bool], str]  # (range seconds, grid seconds, rollup) -> query
 
 
 def exporter_samples(
     source: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
 ) -> pd.DataFrame:
-    """window_pieces() plus `resolution_seconds`, the history grid (the exporter's scrape interval, from
-    the piece a publisher covered best), and `samples`: the grid points of each piece at which some
-    exporter cycle was published (0: none)."""
+    """window_pieces() read raw on the history grid (the exporter's scrape interval, from the piece a
+    publisher covered best), with the grid points of each piece at which some exporter cycle was
+    published."""
     pieces = window_pieces(window, piece_seconds=piece_seconds)
-    cycles = _piecewise(
-        source, lambda s: promql.exporter_interval_query(range_seconds=s), window, piece_seconds, ()
-    )
+    resolution = _exporter_resolution(source, pieces)
+    grid = pieces.assign(grid_seconds=resolution, rollup=False, resolution_seconds=resolution)
+    return grid.assign(samples=_samples(source, grid))
+
+
+def history_pieces(
+    source: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
+) -> pd.DataFrame:
+    """The window's pieces for long sums: the whole hours between its ends from the hourly roll-ups, in
+    pieces of `piece_seconds` (a multiple of an hour), and the part-hours at either end raw, on the
+    exporter's grid (all raw where there are no roll-ups). A roll-up piece that counts fewer exporter
+    cycles than the raw series hold (the rules missed hours; one late scrape per hour is let pass) is
+    read raw instead."""
+    plain = window_pieces(window, piece_seconds=piece_seconds)
+    resolution = _exporter_resolution(source, plain)
+    pieces = _rollup_pieces(source, window, piece_seconds, resolution)
+    if pieces is None:
+        grid = plain.assign(grid_seconds=resolution, rollup=False, resolution_seconds=resolution)
+        return grid.assign(samples=_samples(source, grid))
+    rolled = pieces["rollup"].to_numpy()
+    samples = _samples(source, pieces).copy()
+    raw = _samples(source, pieces.assign(rollup=False))
+    hours = pieces["seconds"].to_numpy() / promql.ROLLUP_SECONDS
+    missed = rolled & (samples < raw - np.maximum(hours, 0.0))
+    if missed.any():
+        pieces.loc[missed, ["rollup", "grid_seconds", "resolution_seconds"]] = [False, resolution, resolution]
+        samples[missed] = _samples(source, pieces[missed])
+    return pieces.assign(samples=samples)
+
+
+def _exporter_resolution(source: PrometheusSource, pieces: pd.DataFrame) -> int:
+    """The history grid: the exporter's scrape interval rounded down (a grid no coarser holds at most
+    one sample per interval); DEFAULT_HISTORY_RESOLUTION_SECONDS where nothing was published."""
+    grid = pieces.assign(grid_seconds=1, rollup=False)
+    cycles = _read_pieces(source, lambda s, g, r: promql.exporter_interval_query(range_seconds=s), grid, ())
     seconds = cycles["piece"].map(pieces.set_index("piece")["seconds"]).to_numpy(dtype=np.float64)
     probes = np.minimum(seconds, promql.INTERVAL_PROBE_SECONDS)
     intervals = probes / cycles["value"].to_numpy(dtype=np.float64)
     intervals = intervals[np.isfinite(intervals) & (intervals > 0)]
-    # Rounded down: a grid no coarser than the scrape interval holds at most one sample per interval.
-    resolution = max(1, int(intervals.min())) if len(intervals) else DEFAULT_HISTORY_RESOLUTION_SECONDS
-    counts = _piecewise(
-        source,
-        lambda s: promql.exporter_samples_query(range_seconds=s, resolution_seconds=resolution),
-        window,
-        piece_seconds,
-        (),
-    )
+    return max(1, int(intervals.min())) if len(intervals) else DEFAULT_HISTORY_RESOLUTION_SECONDS
+
+
+def _samples(source: PrometheusSource, pieces: pd.DataFrame) -> "npt.NDArray[np.float64]":
+    """Per piece, the grid points at which some exporter cycle was published (0: none)."""
+
+    def build(seconds: float, grid: int, rollup: bool) -> str:
+        return promql.exporter_samples_query(range_seconds=seconds, resolution_seconds=grid, rollup=rollup)
+
+    counts = _read_pieces(source, build, pieces, ())
     per_piece = counts.groupby("piece")["value"].sum()
-    return pieces.assign(
-        resolution_seconds=resolution,
-        samples=pieces["piece"].map(per_piece).fillna(0.0).astype("float64"),
+    return pieces["piece"].map(per_piece).fillna(0.0).to_numpy(dtype=np.float64)
+
+
+def _rollup_pieces(
+    source: PrometheusSource, window: Window, piece_seconds: int, resolution: int
+) -> pd.DataFrame | None:
+    """Pieces with the roll-ups' whole hours in the middle (samples not yet counted); None when there are
+    no roll-ups to read (none evaluated in the window's last two hours, or no whole hour in it)."""
+    hour = promql.ROLLUP_SECONDS
+    if piece_seconds % hour:
+        return None
+    marker = source.query(promql.rollup_marker_query(), at=window.end)
+    if not len(marker):
+        return None
+    last = datetime.fromtimestamp(round(float(marker["value"].max()), 3), UTC)
+    whole = int((last - window.start).total_seconds() // hour)
+    if whole < 1:
+        return None
+    first = last - timedelta(seconds=whole * hour)
+    spans: list[tuple[datetime, float, bool]] = []
+    if (first - window.start).total_seconds() > promql.MIN_RANGE_SECONDS:
+        spans.append((first, (first - window.start).total_seconds(), False))
+    t = first
+    while t < last:
+        end = min(last, t + timedelta(seconds=piece_seconds))
+        spans.append((end, (end - t).total_seconds(), True))
+        t = end
+    if (window.end - last).total_seconds() > promql.MIN_RANGE_SECONDS:
+        spans.append((window.end, (window.end - last).total_seconds(), False))
+    ends, seconds, rollup = zip(*spans, strict=True)
+    rolled = np.asarray(rollup, dtype=bool)
+    return pd.DataFrame(
+        {
+            "piece": np.arange(len(spans), dtype=np.int64),
+            "end": pd.to_datetime(list(ends), utc=True),
+            "seconds": np.asarray(seconds, dtype=np.float64),
+            "grid_seconds": np.where(rolled, promql.ROLLUP_GRID_SECONDS, resolution),
+            "rollup": rolled,
+            "resolution_seconds": np.where(rolled, max(promql.ROLLUP_GRID_SECONDS, resolution), resolution),
+        }
     )
 
 
@@ -733,59 +808,45 @@ def history_sums(
     pieces: pd.DataFrame | None = None,
 ) -> HistorySums:
     """Every gpuwatch_* sum, count and last value the history report needs, piece by piece (server-side
-    aggregation: per pod at most, never per GPU), and the latest published pending pods and capacity."""
+    aggregation: per pod at most, never per GPU; history_pieces() says which pieces come from the hourly
+    roll-ups), and the latest published pending pods and capacity."""
 
     if pieces is None:
-        pieces = exporter_samples(source, window, piece_seconds=piece_seconds)
-    r = int(pieces["resolution_seconds"].iloc[0]) if len(pieces) else DEFAULT_HISTORY_RESOLUTION_SECONDS
+        pieces = history_pieces(source, window, piece_seconds=piece_seconds)
 
-    def each(build: Callable[[float], str], labels: Sequence[str]) -> pd.DataFrame:
-        return _piecewise(source, build, window, piece_seconds, labels)
+    def each(query: Callable[..., str], labels: Sequence[str], **kwargs: bool) -> pd.DataFrame:
+        return _family(source, pieces, query, labels, **kwargs)
 
     def now(query: str, labels: Sequence[str]) -> pd.DataFrame:
         return _labelled(source.query(query, at=window.end), labels).drop(columns="piece")
 
-    def pod_sum(metric: str) -> Callable[[float], str]:
-        return lambda s: promql.pod_gpus_sum_query(metric, range_seconds=s, resolution_seconds=r)
-
-    def pod_last(metric: str) -> Callable[[float], str]:
-        return lambda s: promql.pod_gpus_last_query(metric, range_seconds=s, resolution_seconds=r)
-
-    def pool(metric: str, *, count: bool) -> Callable[[float], str]:
-        return lambda s: promql.pool_sum_query(metric, range_seconds=s, resolution_seconds=r, count=count)
-
-    def node(metric: str) -> Callable[[float], str]:
-        return lambda s: promql.node_sum_query(metric, range_seconds=s, resolution_seconds=r)
-
-    def team(build: Callable[..., str], **kwargs: bool) -> Callable[[float], str]:
-        return lambda s: build(range_seconds=s, resolution_seconds=r, **kwargs)
-
-    frag, price = promql.POOL_MEAN_METRICS
-    fragmented, free = promql.POOL_GE_METRICS
-    capacity, reporting = promql.NODE_SUM_METRICS
-    allocation, idle, used, unknown = promql.POD_SUM_METRICS
+    frag, price = (partial(promql.pool_sum_query, m) for m in promql.POOL_MEAN_METRICS)
+    fragmented, free = (partial(promql.pool_sum_query, m) for m in promql.POOL_GE_METRICS)
+    capacity, reporting = (partial(promql.node_sum_query, m) for m in promql.NODE_SUM_METRICS)
+    allocation, idle, used, unknown = (partial(promql.pod_gpus_sum_query, m) for m in promql.POD_SUM_METRICS)
+    last_allocation, last_idle = (partial(promql.pod_gpus_last_query, m) for m in promql.POD_LAST_METRICS)
     return HistorySums(
         pieces=pieces,
-        pool_states=each(team(promql.pool_state_gpus_sum_query), ("pool", "state")),
-        team_states=each(team(promql.team_state_gpus_sum_query), ("team", "state")),
-        team_used=each(team(promql.team_used_gpus_sum_query), ("team",)),
-        team_cost=each(team(promql.team_cost_sum_query), ("team",)),
-        team_idle_cost=each(team(promql.team_cost_sum_query, idle=True), ("team",)),
-        pod_allocated=each(pod_sum(allocation), _POD),
-        pod_idle=each(pod_sum(idle), _POD),
-        pod_used=each(pod_sum(used), _POD),
-        pod_unknown=each(pod_sum(unknown), _POD),
-        pod_last_allocated=each(pod_last(allocation), _POD),
-        pod_last_idle=each(pod_last(idle), _POD),
-        pod_idle_since=each(team(promql.pod_idle_since_last_query), _POD),
-        fragmentation_sum=each(pool(frag, count=False), ("pool",)),
-        fragmentation_count=each(pool(frag, count=True), ("pool",)),
-        fragmented_sum=each(pool(fragmented, count=False), ("pool",)),
-        free_sum=each(pool(free, count=False), ("pool",)),
-        price_sum=each(pool(price, count=False), ("pool",)),
-        price_count=each(pool(price, count=True), ("pool",)),
-        capacity_sum=each(node(capacity), ("node",)),
-        reporting_sum=each(node(reporting), ("node",)),
+        pool_states=each(promql.pool_state_gpus_sum_query, ("pool", "state")),
+        team_states=each(promql.team_state_gpus_sum_query, ("team", "state")),
+        team_used=each(promql.team_used_gpus_sum_query, ("team",)),
+        team_cost=each(promql.team_cost_sum_query, ("team",)),
+        team_idle_cost=each(promql.team_cost_sum_query, ("team",), idle=True),
+        pod_allocated=each(allocation, _POD),
+        pod_idle=each(idle, _POD),
+        pod_used=each(used, _POD),
+        pod_unknown=each(unknown, _POD),
+        pod_last_allocated=each(last_allocation, _POD),
+        pod_last_idle=each(last_idle, _POD),
+        pod_idle_since=each(promql.pod_idle_since_last_query, _POD),
+        fragmentation_sum=each(frag, ("pool",)),
+        fragmentation_count=each(frag, ("pool",), count=True),
+        fragmented_sum=each(fragmented, ("pool",)),
+        free_sum=each(free, ("pool",)),
+        price_sum=each(price, ("pool",)),
+        price_count=each(price, ("pool",), count=True),
+        capacity_sum=each(capacity, ("node",)),
+        reporting_sum=each(reporting, ("node",)),
         nodes_now=now(promql.node_capacity_latest_query(), ("node", "pool")),
         largest_free_block_now=now(promql.largest_free_block_latest_query(), ("pool",)),
         pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
@@ -811,33 +872,21 @@ class HistoryTimeline:
 def history_timeline(source: PrometheusSource, window: Window, *, bucket_seconds: int) -> HistoryTimeline:
     """The pool and team series of the window per bucket: O(groups × buckets) rows, whatever the fleet."""
     pieces = exporter_samples(source, window, piece_seconds=bucket_seconds)
-    r = int(pieces["resolution_seconds"].iloc[0]) if len(pieces) else DEFAULT_HISTORY_RESOLUTION_SECONDS
 
-    def each(build: Callable[[float], str], labels: Sequence[str]) -> pd.DataFrame:
-        return _piecewise(source, build, window, bucket_seconds, labels)
+    def each(query: Callable[..., str], labels: Sequence[str]) -> pd.DataFrame:
+        return _family(source, pieces, query, labels)
 
-    def pool(metric: str, count: bool = False) -> Callable[[float], str]:
-        return lambda s: promql.pool_sum_query(metric, range_seconds=s, resolution_seconds=r, count=count)
-
-    ratio = promql.POOL_MEAN_METRICS[0]
-    fragmented, free = promql.POOL_GE_METRICS
+    ratio = partial(promql.pool_sum_query, promql.POOL_MEAN_METRICS[0])
+    fragmented, free = (partial(promql.pool_sum_query, m) for m in promql.POOL_GE_METRICS)
     return HistoryTimeline(
         pieces=pieces,
-        pool_states=each(
-            lambda s: promql.pool_state_gpus_sum_query(range_seconds=s, resolution_seconds=r),
-            ("pool", "state"),
-        ),
-        team_states=each(
-            lambda s: promql.team_state_gpus_sum_query(range_seconds=s, resolution_seconds=r),
-            ("team", "state"),
-        ),
-        team_used=each(
-            lambda s: promql.team_used_gpus_sum_query(range_seconds=s, resolution_seconds=r), ("team",)
-        ),
-        fragmentation_sum=each(pool(ratio), ("pool",)),
-        fragmentation_count=each(pool(ratio, count=True), ("pool",)),
-        fragmented_sum=each(pool(fragmented), ("pool",)),
-        free_sum=each(pool(free), ("pool",)),
+        pool_states=each(promql.pool_state_gpus_sum_query, ("pool", "state")),
+        team_states=each(promql.team_state_gpus_sum_query, ("team", "state")),
+        team_used=each(promql.team_used_gpus_sum_query, ("team",)),
+        fragmentation_sum=each(ratio, ("pool",)),
+        fragmentation_count=each(partial(ratio, count=True), ("pool",)),
+        fragmented_sum=each(fragmented, ("pool",)),
+        free_sum=each(free, ("pool",)),
     )
 
 
@@ -846,16 +895,10 @@ def team_pool_timeline(
 ) -> dict[str, pd.DataFrame]:
     """Per bucket of `pieces` (history_timeline's), team and pool: Σ GE of the pods' allocation, idle,
     used and unknown families (only `teams`' pods when given), keyed by family name."""
-    bucket = int(pieces["seconds"].max()) if len(pieces) else int(window.duration_seconds)
-    r = int(pieces["resolution_seconds"].iloc[0]) if len(pieces) else DEFAULT_HISTORY_RESOLUTION_SECONDS
-
-    def summed(metric: str) -> Callable[[float], str]:
-        return lambda s: promql.team_pool_gpus_sum_query(
-            metric, range_seconds=s, resolution_seconds=r, teams=teams
-        )
-
     return {
-        metric: _piecewise(source, summed(metric), window, bucket, ("team", "pool"))
+        metric: _family(
+            source, pieces, partial(promql.team_pool_gpus_sum_query, metric, teams=teams), ("team", "pool")
+        )
         for metric in promql.POD_SUM_METRICS
     }
 
@@ -881,31 +924,63 @@ def node_states_now(source: PrometheusSource, at: datetime) -> pd.DataFrame:
     ).drop(columns="piece")
 
 
-def _piecewise(
+def _family(
     source: PrometheusSource,
-    build: Callable[[float], str],
-    window: Window,
-    piece_seconds: int,
+    pieces: pd.DataFrame,
+    query: Callable[..., str],
     labels: Sequence[str],
+    **kwargs: Any,
 ) -> pd.DataFrame:
-    """build(range) evaluated at the end of every piece: the whole pieces in one range query (step = one
-    piece), the shorter last piece as an instant query. Frame: piece, labels, value."""
-    pieces = window_pieces(window, piece_seconds=piece_seconds)
-    full = int((pieces["seconds"] == piece_seconds).sum())
+    """A history builder of promql (range_seconds, resolution_seconds, rollup) read over the pieces."""
+
+    def build(seconds: float, grid: int, rollup: bool) -> str:
+        return str(query(range_seconds=seconds, resolution_seconds=grid, rollup=rollup, **kwargs))
+
+    return _read_pieces(source, build, pieces, labels)
+
+
+def _read_pieces(
+    source: PrometheusSource, build: Build, pieces: pd.DataFrame, labels: Sequence[str]
+) -> pd.DataFrame:
+    """build(range, grid, rollup) evaluated at the end of every piece: each run of back-to-back pieces of
+    one length, grid and form in one range query (step = the piece), a piece alone as an instant query.
+    Frame: piece, labels, value."""
     parts = []
-    if full:
-        points = source.range_points(
-            build(piece_seconds),
-            first=window.start + timedelta(seconds=piece_seconds),
-            n=full,
-            step_seconds=piece_seconds,
-        )
-        frame = points.frame()
-        offset = (frame["timestamp"] - pd.Timestamp(window.start)).dt.total_seconds() / piece_seconds
-        parts.append(frame.assign(piece=np.clip(np.round(offset) - 1, 0, full - 1).astype("int64")))
-    if len(pieces) > full:
-        rest = float(pieces["seconds"].iloc[-1])
-        parts.append(source.query(build(rest), at=window.end).assign(piece=full))
+    run: list[int] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        first = pieces.iloc[run[0]]
+        seconds, grid, rollup = float(first["seconds"]), int(first["grid_seconds"]), bool(first["rollup"])
+        query = build(seconds, grid, rollup)
+        ids = pieces["piece"].to_numpy()[run]
+        # Roll-ups are read half an hour after the piece's last one: no sample sits on a range's edge,
+        # which Prometheus 2 takes in and VictoriaMetrics leaves out.
+        at = first["end"] + pd.Timedelta(seconds=promql.ROLLUP_SECONDS / 2 if rollup else 0)
+        if len(run) == 1:
+            parts.append(source.query(query, at=at.to_pydatetime()).assign(piece=ids[0]))
+        else:
+            frame = source.range_points(
+                query, first=at.to_pydatetime(), n=len(run), step_seconds=round(seconds)
+            ).frame()
+            offset = (frame["timestamp"] - at).dt.total_seconds() / seconds
+            parts.append(frame.assign(piece=ids[np.clip(np.round(offset), 0, len(run) - 1).astype("int64")]))
+        run.clear()
+
+    for k in range(len(pieces)):
+        if run:
+            a, b = pieces.iloc[run[-1]], pieces.iloc[k]
+            same = (a["seconds"], a["grid_seconds"], a["rollup"]) == (
+                b["seconds"],
+                b["grid_seconds"],
+                b["rollup"],
+            )
+            whole = float(a["seconds"]).is_integer()
+            if not (same and whole and b["end"] - a["end"] == pd.Timedelta(seconds=float(b["seconds"]))):
+                flush()
+        run.append(k)
+    flush()
     return _labelled(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), labels)
 
 

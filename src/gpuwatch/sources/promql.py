@@ -265,6 +265,7 @@ NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting"
 
 
 _MS: Final = 0.001
+MIN_RANGE_SECONDS: Final = 2 * _MS  # a range 1 ms short of its piece must still be one
 
 
 def range_duration(seconds: float) -> str:
@@ -280,13 +281,18 @@ def _on_grid(
     metric: str,
     seconds: float,
     resolution: int,
-    within: str = "avg_over_time",
     matchers: Sequence[Matcher] = (),
+    rollup: bool = False,
 ) -> str:
-    """function over a subquery: one copy of the metric per grid interval (`within` reduces a publisher's
-    samples in it), `seconds` back."""
+    """function over a subquery: one copy of the metric per grid interval (its average, or its last sample
+    for last_over_time), `seconds` back. rollup=True reads the same from the hourly roll-ups instead
+    (rollup_name): the range must then span whole roll-up hours, ending at a roll-up evaluation."""
+    if rollup:
+        rolled = selector(rollup_name(metric, function), matchers)
+        return f"{_ROLLUP_OUTER[function]}({rolled}[{range_duration(seconds - _MS)}])"
     if resolution < 1:
         raise ConfigError(f"the history resolution must be at least 1s, got {resolution}s")
+    within = "last_over_time" if function == "last_over_time" else "avg_over_time"
     # Prometheus before 3.0 closes ranges at both ends: 1 ms less puts a sample (or grid point) that falls
     # exactly on a boundary in one interval (piece), not two.
     samples = f"{selector(metric, matchers)}[{range_duration(resolution - _MS)}]"
@@ -298,13 +304,76 @@ def _on_grid(
     return f"{function}(\n  (\n{textwrap.indent(inner, '    ')}\n  ){outer}\n)"
 
 
-def _summed(labels: Sequence[str], metric: str, function: str, seconds: float, resolution: int) -> str:
-    body = _on_grid(function, metric, seconds, resolution)
+def _summed(
+    labels: Sequence[str], metric: str, function: str, seconds: float, resolution: int, rollup: bool
+) -> str:
+    body = _on_grid(function, metric, seconds, resolution, rollup=rollup)
     if tuple(labels) == FAMILY_LABELS[metric]:
         return body  # one series per label set already
     if not labels:
         return f"sum (\n{textwrap.indent(body, '  ')}\n)"
     return _by("sum", [check_label_name(label) for label in labels], body)
+
+
+# -- hourly roll-ups: the same grid sums recorded once an hour (alerts/gpuwatch-recording.rules.yml) ------
+# A roll-up evaluated at h holds the grid function of its family over (h − 1 h, h] on a
+# ROLLUP_GRID_SECONDS grid: sum_over_time of those over whole hours is the grid sum of the hours, a
+# month of pods is ~1/60 of the samples, and count_over_time of gpuwatch_build_info says which grid
+# points had an exporter cycle, so a reader can tell an hour the rules missed from one nobody published.
+
+ROLLUP_SECONDS: Final = 3600
+ROLLUP_GRID_SECONDS: Final = 60
+ROLLUP_MARKER: Final = "hour:gpuwatch_rollup_evaluation:timestamp_seconds"  # vector(time()) each hour
+_ROLLUP_OUTER: Final = {
+    "sum_over_time": "sum_over_time",
+    "count_over_time": "sum_over_time",
+    "last_over_time": "last_over_time",
+}
+ROLLUPS: Final = (
+    ("gpuwatch_build_info", "count_over_time"),
+    ("gpuwatch_pool_gpus", "sum_over_time"),
+    ("gpuwatch_team_gpus", "sum_over_time"),
+    ("gpuwatch_team_used_gpus", "sum_over_time"),
+    ("gpuwatch_team_cost_usd_per_hour", "sum_over_time"),
+    ("gpuwatch_team_idle_cost_usd_per_hour", "sum_over_time"),
+    ("gpuwatch_pod_gpu_allocation", "sum_over_time"),
+    ("gpuwatch_pod_gpu_idle", "sum_over_time"),
+    ("gpuwatch_pod_gpu_used", "sum_over_time"),
+    ("gpuwatch_pod_gpu_unknown", "sum_over_time"),
+    ("gpuwatch_pod_gpu_allocation", "last_over_time"),
+    ("gpuwatch_pod_gpu_idle", "last_over_time"),
+    ("gpuwatch_pod_gpu_idle_since_timestamp_seconds", "last_over_time"),
+    ("gpuwatch_pool_fragmentation_ratio", "sum_over_time"),
+    ("gpuwatch_pool_fragmentation_ratio", "count_over_time"),
+    ("gpuwatch_pool_price_usd_per_gpu_hour", "sum_over_time"),
+    ("gpuwatch_pool_price_usd_per_gpu_hour", "count_over_time"),
+    ("gpuwatch_pool_fragmented_gpus", "sum_over_time"),
+    ("gpuwatch_pool_schedulable_free_gpus", "sum_over_time"),
+    ("gpuwatch_node_gpu_capacity", "sum_over_time"),
+    ("gpuwatch_node_gpus_reporting", "sum_over_time"),
+)
+
+
+def rollup_name(metric: str, function: str) -> str:
+    """The hourly roll-up of a family's grid function: hour:<metric>:<function>."""
+    return f"hour:{metric}:{function}"
+
+
+def rollup_rules() -> list[dict[str, str]]:
+    """The recording rules of the hourly roll-ups, as the rule file holds them (evaluated every hour)."""
+    rules = [{"record": ROLLUP_MARKER, "expr": "vector(time())"}]
+    for metric, function in ROLLUPS:
+        expr = _on_grid(function, metric, ROLLUP_SECONDS, ROLLUP_GRID_SECONDS)
+        rules.append({"record": rollup_name(metric, function), "expr": expr})
+    return rules
+
+
+def rollup_marker_query() -> str:
+    """The time of the latest roll-up evaluation (instant query; absent without roll-ups).
+
+    last_over_time(hour:gpuwatch_rollup_evaluation:timestamp_seconds[7200s])
+    """
+    return f"last_over_time({ROLLUP_MARKER}[{2 * ROLLUP_SECONDS}s])"
 
 
 def _one_of_metrics(metric: str, allowed: Sequence[str]) -> str:
@@ -335,7 +404,7 @@ def probe_seconds(range_seconds: float) -> float:
     return min(float(INTERVAL_PROBE_SECONDS), range_seconds)
 
 
-def exporter_samples_query(*, range_seconds: float, resolution_seconds: int) -> str:
+def exporter_samples_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
     """Grid points of the range at which some exporter cycle was published (every cycle publishes
     gpuwatch_build_info), whatever number of publishers.
 
@@ -343,10 +412,12 @@ def exporter_samples_query(*, range_seconds: float, resolution_seconds: int) -> 
 
         count_over_time((max (avg_over_time(gpuwatch_build_info[59999ms])))[86399999ms:60s])
     """
-    return _on_grid("count_over_time", "gpuwatch_build_info", range_seconds, resolution_seconds)
+    return _on_grid(
+        "count_over_time", "gpuwatch_build_info", range_seconds, resolution_seconds, rollup=rollup
+    )
 
 
-def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) -> str:
+def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
     """GE per pool and ledger state, summed over the grid points of the range.
 
     pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -354,10 +425,10 @@ def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) 
         sum_over_time((max by (pool, state) (avg_over_time(gpuwatch_pool_gpus[59999ms])))[86399999ms:60s])
     """
     metric = "gpuwatch_pool_gpus"
-    return _summed(("pool", "state"), metric, "sum_over_time", range_seconds, resolution_seconds)
+    return _summed(("pool", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
-def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) -> str:
+def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
     """GE each team held per allocated state (unknown, idle, active), summed over the grid points.
 
     team_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -365,10 +436,10 @@ def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) 
         sum_over_time((max by (team, state) (avg_over_time(gpuwatch_team_gpus[59999ms])))[86399999ms:60s])
     """
     metric = "gpuwatch_team_gpus"
-    return _summed(("team", "state"), metric, "sum_over_time", range_seconds, resolution_seconds)
+    return _summed(("team", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
-def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) -> str:
+def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
     """Busy GE (utilization × GE share) per team, summed over the grid points of the range.
 
     team_used_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -376,10 +447,12 @@ def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int) -
         sum_over_time((max by (team) (avg_over_time(gpuwatch_team_used_gpus[59999ms])))[86399999ms:60s])
     """
     metric = "gpuwatch_team_used_gpus"
-    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds)
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
-def team_cost_sum_query(*, range_seconds: float, resolution_seconds: int, idle: bool = False) -> str:
+def team_cost_sum_query(
+    *, range_seconds: float, resolution_seconds: int, idle: bool = False, rollup: bool = False
+) -> str:
     """A team's spend rate (USD/h), allocated or idle-allocated, summed over the grid points.
 
     team_cost_sum_query(range_seconds=86400, resolution_seconds=60) and (idle=True) are::
@@ -397,10 +470,12 @@ def team_cost_sum_query(*, range_seconds: float, resolution_seconds: int, idle: 
         )
     """
     metric = "gpuwatch_team_idle_cost_usd_per_hour" if idle else "gpuwatch_team_cost_usd_per_hour"
-    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds)
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
-def pod_gpus_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+def pod_gpus_sum_query(
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: bool = False
+) -> str:
     """GE per pod (allocated, idle-allocated, busy or unknown), summed over the grid points of the range.
 
     The same for gpuwatch_pod_gpu_idle, _used and _unknown;
@@ -421,7 +496,7 @@ def pod_gpus_sum_query(metric: str, *, range_seconds: float, resolution_seconds:
         )
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
-    return _summed(POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds)
+    return _summed(POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
 def team_pool_gpus_sum_query(
@@ -430,6 +505,7 @@ def team_pool_gpus_sum_query(
     range_seconds: float,
     resolution_seconds: int,
     teams: Sequence[str] = (),
+    rollup: bool = False,
 ) -> str:
     """GE of pods (allocated, idle-allocated, busy or unknown) per team and pool, summed over the grid
     points of the range: what a view scoped to teams or pools draws (only `teams`' pods when given).
@@ -454,11 +530,13 @@ def team_pool_gpus_sum_query(
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
     matchers = [one_of("team", teams)] if teams else []
-    body = _on_grid("sum_over_time", metric, range_seconds, resolution_seconds, matchers=matchers)
+    body = _on_grid("sum_over_time", metric, range_seconds, resolution_seconds, matchers, rollup)
     return _by("sum", ("team", "pool"), body)
 
 
-def pod_gpus_last_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+def pod_gpus_last_query(
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: bool = False
+) -> str:
     """GE per pod (allocated or idle-allocated) at its last grid point in the range with a sample, one
     copy per series: after a failover the surviving replica's last word counts, not the dead one's.
 
@@ -480,11 +558,11 @@ def pod_gpus_last_query(metric: str, *, range_seconds: float, resolution_seconds
         )
     """
     metric = _one_of_metrics(metric, POD_LAST_METRICS)
-    body = _on_grid("last_over_time", metric, range_seconds, resolution_seconds, within="last_over_time")
+    body = _on_grid("last_over_time", metric, range_seconds, resolution_seconds, rollup=rollup)
     return _by("sum", POD_HISTORY_LABELS, body)
 
 
-def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int) -> str:
+def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
     """Since when each pod was idle, at the last grid point in the range that said so.
 
     pod_idle_since_last_query(range_seconds=86400, resolution_seconds=60) is::
@@ -500,10 +578,12 @@ def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int) 
         )
     """
     metric = "gpuwatch_pod_gpu_idle_since_timestamp_seconds"
-    return _on_grid("last_over_time", metric, range_seconds, resolution_seconds, within="last_over_time")
+    return _on_grid("last_over_time", metric, range_seconds, resolution_seconds, rollup=rollup)
 
 
-def pool_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int, count: bool = False) -> str:
+def pool_sum_query(
+    metric: str, *, range_seconds: float, resolution_seconds: int, count: bool = False, rollup: bool = False
+) -> str:
     """A per-pool ratio, price or GE summed (or, count=True, counted) over the grid points of the range:
     its time average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
 
@@ -526,10 +606,12 @@ def pool_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int
     """
     metric = _one_of_metrics(metric, (*POOL_MEAN_METRICS, *POOL_GE_METRICS))
     function = "count_over_time" if count else "sum_over_time"
-    return _summed(("pool",), metric, function, range_seconds, resolution_seconds)
+    return _summed(("pool",), metric, function, range_seconds, resolution_seconds, rollup)
 
 
-def node_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+def node_sum_query(
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: bool = False
+) -> str:
     """GPU units per node (capacity, or with DCGM telemetry) summed over the grid points of the range.
 
     The same for gpuwatch_node_gpus_reporting;
@@ -546,7 +628,7 @@ def node_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int
         )
     """
     metric = _one_of_metrics(metric, NODE_SUM_METRICS)
-    return _summed(("node",), metric, "sum_over_time", range_seconds, resolution_seconds)
+    return _summed(("node",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
 def node_capacity_latest_query() -> str:

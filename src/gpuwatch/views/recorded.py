@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwatch.config import Settings
-from gpuwatch.history import assemble, gap_warnings, scope_sums
+from gpuwatch.history import SampleHours, assemble, gap_warnings, scope_sums
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
 from gpuwatch.report import build_history_report
 from gpuwatch.service import Analysis
@@ -193,9 +193,10 @@ class RecordedView(FleetView):
         """Σ fragmented ÷ Σ free GE over the window and the scope's pools; from history that kept only
         the ratio, the pools' time-averaged ratios weighted by their free (unallocated + stranded) hours."""
         sums = self.recorded.sums
-        if len(sums.free_sum):
-            free = float(self._in_pools(sums.free_sum)["value"].sum())
-            return float(self._in_pools(sums.fragmented_sum)["value"].sum()) / free if free > 0 else 0.0
+        if len(sums.free_sum):  # GE-hours: pieces read on different grids weigh by their sample interval
+            hours = SampleHours(sums.pieces)
+            free = hours.total(self._in_pools(sums.free_sum))
+            return hours.total(self._in_pools(sums.fragmented_sum)) / free if free > 0 else 0.0
         pools = self.history.tables["pool"]
         weight = (pools["unallocated_gpu_hours"] + pools["stranded_gpu_hours"]).to_numpy(dtype=np.float64)
         ratio = pools["fragmentation_ratio"].to_numpy(dtype=np.float64)
@@ -268,8 +269,12 @@ class RecordedView(FleetView):
         def compute() -> pd.DataFrame:
             sums = self.recorded.sums
             keys = ["piece", "node"]
-            capacity = sums.capacity_sum.set_index(keys)["value"]
-            reporting = sums.reporting_sum.set_index(keys)["value"].reindex(capacity.index).fillna(0.0)
+            hours = SampleHours(sums.pieces)
+            capacity, reporting = (
+                frame.assign(value=hours.weighted(frame)).set_index(keys)["value"]
+                for frame in (sums.capacity_sum, sums.reporting_sum)
+            )
+            reporting = reporting.reindex(capacity.index).fillna(0.0)
             present = reporting.clip(upper=capacity).groupby(level="node").sum()
             total = capacity.groupby(level="node").sum()
             ratio = (present / total.where(total > 0)).rename("coverage_ratio")

@@ -1,0 +1,167 @@
+"""The hourly roll-ups (alerts/gpuwatch-recording.rules.yml, group gpuwatch.rollup) on a real Prometheus.
+
+A window is read from whole roll-up hours in the middle and raw part-hours at its ends; the report equals
+the one read raw piece by piece (a Prometheus holding no roll-ups), and hours whose roll-ups are missing
+are found and read raw, never counted as nothing.
+"""
+
+import re
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch.backfill import write_fleet_backfill
+from gpuwatch.config import PrometheusSettings, Settings
+from gpuwatch.history import read_history
+from gpuwatch.model import Window
+from gpuwatch.report import build_history_report
+from gpuwatch.service import demo_settings
+from gpuwatch.sources.prometheus import PrometheusSource, history_pieces
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from tests.integration.prom import PrometheusServer, create_blocks
+
+pytestmark = pytest.mark.integration
+END = datetime(2026, 11, 20, tzinfo=UTC)
+# Ends off the hour: 43 min raw, 18 whole roll-up hours, 44 min raw.
+WINDOW = Window(start=END - timedelta(hours=21, minutes=43), end=END - timedelta(hours=2, minutes=16))
+HOLE = (END - timedelta(hours=18), END - timedelta(hours=15))  # roll-ups evaluated in (a, b] are lost
+Report = dict[str, Any]
+Keep = Callable[[str], bool]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> SimulatedFleet:
+    return build_demo_fleet(seed=11, end=END, days=1, step_seconds=60)
+
+
+def _serve(fleet: SimulatedFleet, workdir: Path, keep: Keep) -> PrometheusServer:
+    """The fleet's gpuwatch_* history and roll-ups, lines `keep` refuses left out, in a new Prometheus."""
+    workdir.mkdir()
+    full, kept = workdir / "full.om", workdir / "kept.om"
+    with full.open("w", encoding="utf-8") as out:
+        write_fleet_backfill(fleet, out, dcgm=False)
+    with full.open(encoding="utf-8") as lines, kept.open("w", encoding="utf-8") as out:
+        out.writelines(line for line in lines if line.startswith("#") or keep(line))
+    create_blocks(kept, workdir / "tsdb")
+    return PrometheusServer(workdir / "tsdb").start()
+
+
+def _in_hole(line: str) -> bool:
+    """A roll-up sample (not the evaluation marker) evaluated inside HOLE."""
+    if not line.startswith("hour:") or line.startswith("hour:gpuwatch_rollup_evaluation"):
+        return False
+    at = datetime.fromtimestamp(float(line.rsplit(" ", 1)[1]), UTC)
+    return HOLE[0] < at <= HOLE[1]
+
+
+@pytest.fixture(scope="module")
+def servers(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """complete: history and roll-ups; raw: history only (no rule group); holed: roll-ups missing in HOLE."""
+    root = tmp_path_factory.mktemp("rollups")
+    keeps: dict[str, Keep] = {
+        "complete": lambda line: True,
+        "raw": lambda line: not line.startswith("hour:"),
+        "holed": lambda line: not _in_hole(line),
+    }
+    started: list[PrometheusServer] = []
+    try:
+        for name, keep in keeps.items():
+            started.append(_serve(fleet, root / name, keep))
+        yield {name: server.url for name, server in zip(keeps, started, strict=True)}
+    finally:
+        for server in started:
+            server.stop()
+
+
+def _pieces(url: str, *, piece_seconds: int) -> list[tuple[float, bool]]:
+    source = PrometheusSource.from_settings(PrometheusSettings(url=url))
+    try:
+        pieces = history_pieces(source, WINDOW, piece_seconds=piece_seconds)
+    finally:
+        source.close()
+    return list(zip(pieces["seconds"].tolist(), pieces["rollup"].tolist(), strict=True))
+
+
+def _report(url: str, *, piece_seconds: int = 86_400) -> Report:
+    settings = demo_settings(Settings(prometheus=PrometheusSettings(url=url)))
+    return build_history_report(read_history(settings, WINDOW, piece_seconds=piece_seconds))
+
+
+def _numbers(report: Report) -> dict[str, float]:
+    """Every number of the fleet, team, pool, namespace and workload rows, flat (None stays unknown)."""
+    flat: dict[str, float] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}", v)
+        elif isinstance(value, list):
+            for row in value:
+                key = "/".join(str(row[k]) for k in ("team", "pool", "namespace", "pod") if k in row)
+                walk(f"{prefix}[{key}]", row)
+        elif isinstance(value, int | float) or value is None:
+            flat[prefix] = float("nan") if value is None else float(value)
+
+    for section in ("fleet", "teams", "pools", "namespaces", "workloads"):
+        walk(section, report[section])
+    return flat
+
+
+def _same(got: Report, expected: Report) -> None:
+    a, b = _numbers(got), _numbers(expected)
+    assert a.keys() == b.keys()
+    assert len(b) > 1000  # every workload of the day is compared
+    for key, value in b.items():
+        assert a[key] == pytest.approx(value, rel=1e-9, abs=1e-9, nan_ok=True), key
+
+
+def test_whole_hours_come_from_rollups_and_the_ends_raw(servers: dict[str, str]) -> None:
+    assert _pieces(servers["complete"], piece_seconds=86_400) == [
+        (43 * 60, False),
+        (18 * 3600, True),
+        (44 * 60, False),
+    ]
+    assert _pieces(servers["raw"], piece_seconds=86_400) == [(WINDOW.duration_seconds, False)]
+
+
+def test_a_report_from_rollups_equals_the_raw_read(servers: dict[str, str]) -> None:
+    complete, raw = _report(servers["complete"]), _report(servers["raw"])
+    assert raw["fleet"]["allocated_gpu_hours"] > 100
+    _same(complete, raw)
+    assert complete["coverage"] == raw["coverage"]
+
+
+def test_hours_without_rollups_are_read_raw(servers: dict[str, str]) -> None:
+    six_hours = 6 * 3600
+    # The first 6 h roll-up piece lost its roll-ups in HOLE: it alone is read raw.
+    assert _pieces(servers["holed"], piece_seconds=six_hours) == [
+        (43 * 60, False),
+        (six_hours, False),
+        (six_hours, True),
+        (six_hours, True),
+        (44 * 60, False),
+    ]
+    _same(_report(servers["holed"], piece_seconds=six_hours), _report(servers["raw"]))
+
+
+def test_the_rollup_read_sends_ranges_over_recorded_hours(servers: dict[str, str]) -> None:
+    """What makes a month cheap: the pods' sums read hour:* series with plain range functions."""
+    source = PrometheusSource.from_settings(PrometheusSettings(url=servers["complete"]))
+    sent: list[str] = []
+    query = source.query
+
+    def spy(q: str, **kwargs: Any) -> Any:
+        sent.append(q)
+        return query(q, **kwargs)
+
+    source.query = spy  # type: ignore[method-assign]
+    try:
+        read_history(demo_settings(Settings()), WINDOW, prometheus=source)
+    finally:
+        source.close()
+    pods = [q for q in sent if "gpuwatch_pod_gpu_allocation" in q and "sum_over_time" in q]
+    assert any(re.search(r"sum_over_time\(hour:gpuwatch_pod_gpu_allocation:sum_over_time\[", q) for q in pods)
+    assert all(":60s]" not in q for q in pods if "hour:" in q)
