@@ -24,7 +24,7 @@ import pandas as pd
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Window
-from gpuwatch.series import Family, write_openmetrics
+from gpuwatch.series import Family, series_codes, write_openmetrics
 from gpuwatch.service import SimulationParams, history_families, history_service
 from gpuwatch.sources import promql
 from gpuwatch.sources.simulated.exposition import write_backfill
@@ -146,14 +146,16 @@ def rollup_families(
         keep = (grid > low) & (grid <= high)
         if not keep.any():
             continue
-        frame = samples.loc[keep, labels].reset_index(drop=True)
-        frame["grid"], frame["ms"] = grid[keep], ms[keep]
-        frame["value"] = samples["value"].to_numpy(dtype=np.float64)[keep]
-        per_point = frame.sort_values("ms", kind="stable").groupby([*labels, "grid"], sort=False)
+        kept = samples[keep]
+        codes, first_rows = series_codes(kept, labels)  # one integer per series: groupby on ints, not labels
+        frame = pd.DataFrame(
+            {"series": codes, "grid": grid[keep], "ms": ms[keep], "value": kept["value"].to_numpy(np.float64)}
+        )
+        per_point = frame.sort_values("ms", kind="stable").groupby(["series", "grid"], sort=False)
         last = function == "last_over_time"
         points = per_point.tail(1) if last else per_point.agg(value=("value", "mean")).reset_index()
         points = points.assign(hour=-(-points["grid"].to_numpy() // hour_ms) * hour_ms)
-        per_hour = points.sort_values("grid", kind="stable").groupby([*labels, "hour"], sort=False)["value"]
+        per_hour = points.sort_values("grid", kind="stable").groupby(["series", "hour"], sort=False)["value"]
         reduced = {
             "sum_over_time": per_hour.sum,
             "count_over_time": per_hour.count,
@@ -161,6 +163,9 @@ def rollup_families(
         }
         rolled = reduced[function]().reset_index()
         hours.update(rolled["hour"].unique().tolist())
+        names = kept[labels].iloc[first_rows].reset_index(drop=True)
+        labelled = names.iloc[rolled.pop("series").to_numpy()].reset_index(drop=True)
+        rolled = pd.concat([labelled, rolled], axis=1)
         rolled["timestamp"] = pd.to_datetime(rolled.pop("hour"), unit="ms", utc=True)
         name = promql.rollup_name(metric, function)
         out.append(Family(name, f"Hourly {function} of {metric}.", tuple(labels), rolled))

@@ -347,11 +347,11 @@ def write_openmetrics(
         if samples.empty:
             continue
         labels = list(family.labels)
-        series_codes, first_rows = _series_codes(samples, labels)
+        codes, first_rows = series_codes(samples, labels)
         keys = samples[labels].iloc[first_rows].astype("str").to_numpy().tolist()
         prefixes = [f"{family.name}{{{_label_text(labels, key)}}} " for key in keys]
         ms = samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy()
-        order = np.lexsort((ms, series_codes))
+        order = np.lexsort((ms, codes))
         ts_codes, ts_unique = pd.factorize(ms[order])
         ts_text = [f" {t / 1e3 + offset_seconds:.3f}\n" for t in ts_unique]
         value_codes, value_unique = pd.factorize(
@@ -363,7 +363,7 @@ def write_openmetrics(
                 [
                     prefixes[s] + value_text[v] + ts_text[t]
                     for s, v, t in zip(
-                        series_codes[order].tolist(), value_codes.tolist(), ts_codes.tolist(), strict=True
+                        codes[order].tolist(), value_codes.tolist(), ts_codes.tolist(), strict=True
                     )
                 ]
             )
@@ -379,7 +379,7 @@ def _epoch_seconds(times: "pd.Series[pd.Timestamp]") -> "pd.Series[float]":
     return seconds
 
 
-def _series_codes(
+def series_codes(
     samples: pd.DataFrame, labels: Sequence[str]
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """A code per row naming its label set (0..n-1), and the first row of each label set."""

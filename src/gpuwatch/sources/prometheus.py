@@ -700,18 +700,6 @@ DEFAULT_HISTORY_RESOLUTION_SECONDS: Final = 60
 Build = Callable[[float, int, bool], str]  # (range seconds, grid seconds, rollup) -> query
 
 
-def exporter_samples(
-    source: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
-) -> pd.DataFrame:
-    """window_pieces() read raw on the history grid (the exporter's scrape interval, from the piece a
-    publisher covered best), with the grid points of each piece at which some exporter cycle was
-    published."""
-    pieces = window_pieces(window, piece_seconds=piece_seconds)
-    resolution = _exporter_resolution(source, pieces)
-    grid = pieces.assign(grid_seconds=resolution, rollup=False, resolution_seconds=resolution)
-    return grid.assign(samples=_samples(source, grid))
-
-
 def history_pieces(
     source: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
 ) -> pd.DataFrame:
@@ -728,7 +716,8 @@ def history_pieces(
         return grid.assign(samples=_samples(source, grid))
     rolled = pieces["rollup"].to_numpy()
     samples = _samples(source, pieces).copy()
-    raw = _samples(source, pieces.assign(rollup=False))
+    raw = samples.copy()
+    raw[rolled] = _samples(source, pieces[rolled].assign(rollup=False))
     hours = pieces["seconds"].to_numpy() / promql.ROLLUP_SECONDS
     missed = rolled & (samples < raw - np.maximum(hours, 0.0))
     if missed.any():
@@ -870,8 +859,9 @@ class HistoryTimeline:
 
 
 def history_timeline(source: PrometheusSource, window: Window, *, bucket_seconds: int) -> HistoryTimeline:
-    """The pool and team series of the window per bucket: O(groups × buckets) rows, whatever the fleet."""
-    pieces = exporter_samples(source, window, piece_seconds=bucket_seconds)
+    """The pool and team series of the window per bucket: O(groups × buckets) rows, whatever the fleet
+    (buckets of whole hours from the hourly roll-ups, as history_pieces())."""
+    pieces = history_pieces(source, window, piece_seconds=bucket_seconds)
 
     def each(query: Callable[..., str], labels: Sequence[str]) -> pd.DataFrame:
         return _family(source, pieces, query, labels)

@@ -1,5 +1,6 @@
 """Which read path answers a window: raw while its GPU-samples are few, recorded history beyond."""
 
+import math
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -13,6 +14,7 @@ from gpuwatch.sources.prometheus import (
     pods_by_node_now,
     team_pool_timeline,
 )
+from gpuwatch.sources.promql import ROLLUP_SECONDS
 from gpuwatch.views.base import FleetView, bucket_seconds
 from gpuwatch.views.raw import RawView
 from gpuwatch.views.recorded import Recorded, RecordedView
@@ -21,6 +23,13 @@ from gpuwatch.views.recorded import Recorded, RecordedView
 def gpu_samples(gpus: float, window: Window) -> float:
     """What the raw path would hold for the window: GPUs × samples."""
     return gpus * window.n_samples
+
+
+def recorded_bucket_seconds(window: Window) -> int:
+    """The recorded path's drawn bucket: the raw path's, widened to whole hours from a quarter hour on,
+    so that the hourly roll-ups answer it."""
+    bucket = bucket_seconds(window)
+    return bucket if bucket < ROLLUP_SECONDS // 4 else math.ceil(bucket / ROLLUP_SECONDS) * ROLLUP_SECONDS
 
 
 def prefers_recorded(service: FleetService, window: Window) -> bool:
@@ -57,8 +66,7 @@ def read_recorded(
     """Everything a recorded view draws for the window, read once for the whole fleet (the scoped
     timelines and pods at the end when a scope first asks, once per set of teams)."""
     sums = read_sums(prometheus, window)
-    bucket = bucket_seconds(window)
-    timeline = history_timeline(prometheus, window, bucket_seconds=bucket)
+    timeline = history_timeline(prometheus, window, bucket_seconds=recorded_bucket_seconds(window))
     step = window.step_seconds
     present = service.analysis(
         Window(start=window.end - timedelta(seconds=step), end=window.end, step_seconds=step)
