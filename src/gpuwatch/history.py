@@ -17,6 +17,7 @@ from gpuwatch.sources.prometheus import (
     PrometheusSource,
     history_pieces,
     history_sums,
+    merge_covered,
 )
 from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
 
@@ -92,6 +93,7 @@ def read_sums(
             f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
             f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
         )
+    pieces = merge_covered(pieces, covered_ratio=PARTIAL_PIECE_RATIO)
     return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces)
 
 

@@ -15,7 +15,7 @@ from gpuwatch.history import assemble, wants_history
 from gpuwatch.model import PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render
 from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import HistorySums, window_pieces
+from gpuwatch.sources.prometheus import HistorySums, merge_covered, window_pieces
 
 POD = ("namespace", "pod", "team", "node", "pool")
 LABELS = {
@@ -295,6 +295,29 @@ def test_window_pieces() -> None:
         pd.Timestamp("2026-11-19T12:00Z"),
     ]
     assert window_pieces(WINDOW, piece_seconds=216_000)["seconds"].tolist() == [216_000.0]
+
+
+def test_covered_rollup_pieces_are_read_as_one() -> None:
+    """Six pieces: raw head, four roll-up days, raw tail. Days 1-2 are covered alike (288 samples of 300 s);
+    day 3 lacks half its samples and day 4 has none: they stay apart, as do the raw ends."""
+    day = 86_400.0
+    pieces = pd.DataFrame(
+        {
+            "piece": range(6),
+            "end": pd.to_datetime([f"2026-11-{d:02d}T00:00Z" for d in range(14, 20)]),
+            "seconds": [1_800.0, day, day, day, day, 900.0],
+            "grid_seconds": [300, 60, 60, 60, 60, 300],
+            "rollup": [False, True, True, True, True, False],
+            "resolution_seconds": [300, 300, 300, 300, 300, 300],
+            "samples": [6.0, 288.0, 288.0, 144.0, 0.0, 3.0],
+        }
+    )
+    merged = merge_covered(pieces, covered_ratio=0.99)
+    assert merged["piece"].tolist() == [0, 1, 2, 3, 4]
+    assert merged["seconds"].tolist() == [1_800.0, 2 * day, day, day, 900.0]
+    assert merged["samples"].tolist() == [6.0, 576.0, 144.0, 0.0, 3.0]
+    assert merged["end"].tolist()[1] == pd.Timestamp("2026-11-16T00:00Z")
+    assert merged.dtypes.to_dict() == pieces.dtypes.to_dict()
 
 
 @pytest.mark.parametrize(

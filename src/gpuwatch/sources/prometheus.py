@@ -6,7 +6,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -726,6 +726,34 @@ def history_pieces(
     return pieces.assign(samples=samples)
 
 
+def merge_covered(pieces: pd.DataFrame, *, covered_ratio: float) -> pd.DataFrame:
+    """history_pieces() for window sums: back-to-back roll-up pieces that the exporter covered (at least
+    `covered_ratio` of them) and whose samples each stand for the same time, read as one piece, so a
+    month is one range per family, not one per day. Sums stay exact: GE-hours are Σ samples × that time.
+    Pieces without samples or covered in part stay apart (coverage names them)."""
+    rows: list[dict[str, Any]] = [{str(k): v for k, v in r.items()} for r in pieces.to_dict("records")]
+    merged: list[dict[str, Any]] = []
+    for row in rows:
+        weight = _sample_seconds(row)
+        full = row["samples"] * row["resolution_seconds"] >= covered_ratio * row["seconds"]
+        row = {**row, "_weight": weight if row["rollup"] and full else math.nan}
+        last = merged[-1] if merged else None
+        if last is not None and math.isclose(last["_weight"], row["_weight"], rel_tol=1e-9):
+            last.update(end=row["end"], seconds=last["seconds"] + row["seconds"])
+            last["samples"] += row["samples"]
+        else:
+            merged.append(row)
+    out = pd.DataFrame(merged, columns=[*pieces.columns, "_weight"]).drop(columns="_weight")
+    return out.assign(piece=np.arange(len(out), dtype=np.int64)).astype(pieces.dtypes.to_dict())
+
+
+def _sample_seconds(piece: Mapping[str, Any]) -> float:
+    """The time one grid sample of the piece stands for (NaN without samples)."""
+    if piece["samples"] <= 0:
+        return math.nan
+    return float(min(piece["seconds"] / piece["samples"], piece["resolution_seconds"]))
+
+
 def _exporter_resolution(source: PrometheusSource, pieces: pd.DataFrame) -> int:
     """The history grid: the exporter's scrape interval rounded down (a grid no coarser holds at most
     one sample per interval); DEFAULT_HISTORY_RESOLUTION_SECONDS where nothing was published."""
@@ -803,44 +831,49 @@ def history_sums(
     if pieces is None:
         pieces = history_pieces(source, window, piece_seconds=piece_seconds)
 
-    def each(query: Callable[..., str], labels: Sequence[str], **kwargs: bool) -> pd.DataFrame:
-        return _family(source, pieces, query, labels, **kwargs)
+    pool = ThreadPoolExecutor(max_workers=source.max_concurrent_queries)
 
-    def now(query: str, labels: Sequence[str]) -> pd.DataFrame:
-        return _labelled(source.query(query, at=window.end), labels).drop(columns="piece")
+    def each(query: Callable[..., str], labels: Sequence[str], **kwargs: bool) -> "Future[pd.DataFrame]":
+        return pool.submit(_family, source, pieces, query, labels, **kwargs)
+
+    def now(query: str, labels: Sequence[str]) -> "Future[pd.DataFrame]":
+        return pool.submit(
+            lambda: _labelled(source.query(query, at=window.end), labels).drop(columns="piece")
+        )
 
     frag, price = (partial(promql.pool_sum_query, m) for m in promql.POOL_MEAN_METRICS)
     fragmented, free = (partial(promql.pool_sum_query, m) for m in promql.POOL_GE_METRICS)
     capacity, reporting = (partial(promql.node_sum_query, m) for m in promql.NODE_SUM_METRICS)
     allocation, idle, used, unknown = (partial(promql.pod_gpus_sum_query, m) for m in promql.POD_SUM_METRICS)
     last_allocation, last_idle = (partial(promql.pod_gpus_last_query, m) for m in promql.POD_LAST_METRICS)
-    return HistorySums(
-        pieces=pieces,
-        pool_states=each(promql.pool_state_gpus_sum_query, ("pool", "state")),
-        team_states=each(promql.team_state_gpus_sum_query, ("team", "state")),
-        team_used=each(promql.team_used_gpus_sum_query, ("team",)),
-        team_cost=each(promql.team_cost_sum_query, ("team",)),
-        team_idle_cost=each(promql.team_cost_sum_query, ("team",), idle=True),
-        pod_allocated=each(allocation, _POD),
-        pod_idle=each(idle, _POD),
-        pod_used=each(used, _POD),
-        pod_unknown=each(unknown, _POD),
-        pod_last_allocated=each(last_allocation, _POD),
-        pod_last_idle=each(last_idle, _POD),
-        pod_idle_since=each(promql.pod_idle_since_last_query, _POD),
-        fragmentation_sum=each(frag, ("pool",)),
-        fragmentation_count=each(frag, ("pool",), count=True),
-        fragmented_sum=each(fragmented, ("pool",)),
-        free_sum=each(free, ("pool",)),
-        price_sum=each(price, ("pool",)),
-        price_count=each(price, ("pool",), count=True),
-        capacity_sum=each(capacity, ("node",)),
-        reporting_sum=each(reporting, ("node",)),
-        nodes_now=now(promql.node_capacity_latest_query(), ("node", "pool")),
-        largest_free_block_now=now(promql.largest_free_block_latest_query(), ("pool",)),
-        pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
-        pending_waiting_now=now(promql.pending_pod_waiting_latest_query(), promql.PENDING_LABELS),
-    )
+    with pool:  # the families are read side by side (Prometheus evaluates each query on one core)
+        reads = dict(
+            pool_states=each(promql.pool_state_gpus_sum_query, ("pool", "state")),
+            team_states=each(promql.team_state_gpus_sum_query, ("team", "state")),
+            team_used=each(promql.team_used_gpus_sum_query, ("team",)),
+            team_cost=each(promql.team_cost_sum_query, ("team",)),
+            team_idle_cost=each(promql.team_cost_sum_query, ("team",), idle=True),
+            pod_allocated=each(allocation, _POD),
+            pod_idle=each(idle, _POD),
+            pod_used=each(used, _POD),
+            pod_unknown=each(unknown, _POD),
+            pod_last_allocated=each(last_allocation, _POD),
+            pod_last_idle=each(last_idle, _POD),
+            pod_idle_since=each(promql.pod_idle_since_last_query, _POD),
+            fragmentation_sum=each(frag, ("pool",)),
+            fragmentation_count=each(frag, ("pool",), count=True),
+            fragmented_sum=each(fragmented, ("pool",)),
+            free_sum=each(free, ("pool",)),
+            price_sum=each(price, ("pool",)),
+            price_count=each(price, ("pool",), count=True),
+            capacity_sum=each(capacity, ("node",)),
+            reporting_sum=each(reporting, ("node",)),
+            nodes_now=now(promql.node_capacity_latest_query(), ("node", "pool")),
+            largest_free_block_now=now(promql.largest_free_block_latest_query(), ("pool",)),
+            pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
+            pending_waiting_now=now(promql.pending_pod_waiting_latest_query(), promql.PENDING_LABELS),
+        )
+    return HistorySums(pieces=pieces, **{k: v.result() for k, v in reads.items()})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
