@@ -155,7 +155,7 @@ def time_pages(base: str, pid: int, repeat: int, windows: list[str], world: time
                 visits = []
                 for _ in range(1 + repeat):
                     began = time.perf_counter()
-                    page.goto(url)
+                    page.goto(url, timeout=600_000)
                     page.wait_for_function(DONE, timeout=600_000)
                     visits.append(time.perf_counter() - began)
                 print(
