@@ -1,5 +1,6 @@
 """Long-window reports from gpuwatch's own low-cardinality gpuwatch_* series (SPEC §4.3), no raw DCGM."""
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -17,7 +18,6 @@ from gpuwatch.sources.prometheus import (
     PrometheusSource,
     history_pieces,
     history_sums,
-    merge_covered,
 )
 from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
 
@@ -93,8 +93,29 @@ def read_sums(
             f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
             f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
         )
-    pieces = merge_covered(pieces, covered_ratio=PARTIAL_PIECE_RATIO)
+    pieces = merge_covered(pieces)
     return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces)
+
+
+def merge_covered(pieces: pd.DataFrame, *, covered_ratio: float = PARTIAL_PIECE_RATIO) -> pd.DataFrame:
+    """history_pieces() for window sums: back-to-back roll-up pieces that the exporter covered (at least
+    `covered_ratio` of them) and whose samples each stand for the same time, read as one piece, so a
+    month is one range per family, not one per day. Sums stay exact: GE-hours are Σ samples × that time.
+    Pieces without samples or covered in part stay apart (coverage names them)."""
+    covered = pieces["samples"] * pieces["resolution_seconds"] >= covered_ratio * pieces["seconds"]
+    per_sample = pieces["piece"].map(SampleHours(pieces).per_sample).where(pieces["rollup"] & covered)
+    merged: list[dict[str, Any]] = []
+    weights: list[float] = []
+    for row, weight in zip(pieces.to_dict("records"), per_sample.tolist(), strict=True):
+        if merged and math.isclose(weights[-1], weight, rel_tol=1e-9):
+            last = merged[-1]
+            last.update(end=row["end"], seconds=last["seconds"] + row["seconds"])
+            last["samples"] += row["samples"]
+        else:
+            merged.append({str(k): v for k, v in row.items()})
+            weights.append(weight)
+    out = pd.DataFrame(merged, columns=pieces.columns)
+    return out.assign(piece=np.arange(len(out), dtype=np.int64)).astype(pieces.dtypes.to_dict())
 
 
 def scope_sums(
@@ -232,7 +253,7 @@ def assemble(
         "unattributed GPU-hours (both shown as 0), and count GPU samples present per node and piece (a day), "
         "capped at capacity (--source raw recomputes all three)"
     )
-    expected_hours, present_hours = _telemetry_gpu_hours(sums, hours)
+    expected_hours, present_hours = _telemetry_gpu_hours(sums)
     # GPU-hours of available capacity and of telemetry, counted in samples of the report's step.
     expected = round(max(0.0, expected_hours - ledger["unavailable_gpu_hours"]) * SECONDS_PER_HOUR / step)
     present = min(expected, round(present_hours * SECONDS_PER_HOUR / step))
@@ -299,14 +320,29 @@ def _sum_known(values: "pd.Series[float]") -> float:
     return float(values.sum(min_count=1))
 
 
-def _telemetry_gpu_hours(sums: HistorySums, hours: SampleHours) -> tuple[float, float]:
-    """GPU-hours of capacity, and of GPUs with DCGM telemetry: per node and piece at most its capacity,
-    since gpuwatch_node_gpus_reporting counts each MIG instance (the raw path counts physical GPUs)."""
+def node_telemetry_hours(sums: HistorySums) -> pd.DataFrame:
+    """Per node: capacity_gpu_hours, and present_gpu_hours of GPUs with DCGM telemetry, per piece at most
+    its capacity, since gpuwatch_node_gpus_reporting counts each MIG instance (the raw path counts
+    physical GPUs)."""
     keys = ["piece", "node"]
-    capacity = sums.capacity_sum.set_index(keys)["value"]
-    reporting = sums.reporting_sum.set_index(keys)["value"].reindex(capacity.index).fillna(0.0)
-    present = reporting.where(reporting <= capacity, capacity).rename("value").reset_index()
-    return hours.total(sums.capacity_sum), hours.total(present)
+    hours = SampleHours(sums.pieces)
+    capacity, reporting = (
+        frame.assign(value=hours.weighted(frame)).set_index(keys)["value"]
+        for frame in (sums.capacity_sum, sums.reporting_sum)
+    )
+    present = reporting.reindex(capacity.index).fillna(0.0).clip(upper=capacity)
+    per_node = {"capacity_gpu_hours": capacity, "present_gpu_hours": present}
+    return (
+        pd.DataFrame({k: v.groupby(level="node").sum() for k, v in per_node.items()})
+        .rename_axis(index="node")
+        .reset_index()
+    )
+
+
+def _telemetry_gpu_hours(sums: HistorySums) -> tuple[float, float]:
+    """GPU-hours of capacity, and of GPUs with DCGM telemetry (node_telemetry_hours)."""
+    nodes = node_telemetry_hours(sums)
+    return float(nodes["capacity_gpu_hours"].sum()), float(nodes["present_gpu_hours"].sum())
 
 
 def _time_average(sums: pd.DataFrame, counts: pd.DataFrame, hours: SampleHours) -> "pd.Series[float]":

@@ -11,11 +11,11 @@ import pytest
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
-from gpuwatch.history import assemble, wants_history
+from gpuwatch.history import assemble, merge_covered, wants_history
 from gpuwatch.model import PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render
 from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import HistorySums, merge_covered, window_pieces
+from gpuwatch.sources.prometheus import HistorySums, window_pieces
 
 POD = ("namespace", "pod", "team", "node", "pool")
 LABELS = {

@@ -726,34 +726,6 @@ def history_pieces(
     return pieces.assign(samples=samples)
 
 
-def merge_covered(pieces: pd.DataFrame, *, covered_ratio: float) -> pd.DataFrame:
-    """history_pieces() for window sums: back-to-back roll-up pieces that the exporter covered (at least
-    `covered_ratio` of them) and whose samples each stand for the same time, read as one piece, so a
-    month is one range per family, not one per day. Sums stay exact: GE-hours are Σ samples × that time.
-    Pieces without samples or covered in part stay apart (coverage names them)."""
-    rows: list[dict[str, Any]] = [{str(k): v for k, v in r.items()} for r in pieces.to_dict("records")]
-    merged: list[dict[str, Any]] = []
-    for row in rows:
-        weight = _sample_seconds(row)
-        full = row["samples"] * row["resolution_seconds"] >= covered_ratio * row["seconds"]
-        row = {**row, "_weight": weight if row["rollup"] and full else math.nan}
-        last = merged[-1] if merged else None
-        if last is not None and math.isclose(last["_weight"], row["_weight"], rel_tol=1e-9):
-            last.update(end=row["end"], seconds=last["seconds"] + row["seconds"])
-            last["samples"] += row["samples"]
-        else:
-            merged.append(row)
-    out = pd.DataFrame(merged, columns=[*pieces.columns, "_weight"]).drop(columns="_weight")
-    return out.assign(piece=np.arange(len(out), dtype=np.int64)).astype(pieces.dtypes.to_dict())
-
-
-def _sample_seconds(piece: Mapping[str, Any]) -> float:
-    """The time one grid sample of the piece stands for (NaN without samples)."""
-    if piece["samples"] <= 0:
-        return math.nan
-    return float(min(piece["seconds"] / piece["samples"], piece["resolution_seconds"]))
-
-
 def _exporter_resolution(source: PrometheusSource, pieces: pd.DataFrame) -> int:
     """The history grid: the exporter's scrape interval rounded down (a grid no coarser holds at most
     one sample per interval); DEFAULT_HISTORY_RESOLUTION_SECONDS where nothing was published."""
@@ -914,7 +886,7 @@ def history_timeline(source: PrometheusSource, window: Window, *, bucket_seconds
 
 
 def team_pool_timeline(
-    source: PrometheusSource, window: Window, *, pieces: pd.DataFrame, teams: Sequence[str] = ()
+    source: PrometheusSource, *, pieces: pd.DataFrame, teams: Sequence[str] = ()
 ) -> dict[str, pd.DataFrame]:
     """Per bucket of `pieces` (history_timeline's), team and pool: Σ GE of the pods' allocation, idle,
     used and unknown families (only `teams`' pods when given), keyed by family name."""

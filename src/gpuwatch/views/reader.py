@@ -78,7 +78,7 @@ def read_recorded(
         timeline=timeline,
         node_states=node_states_now(prometheus, window.end),
         team_pools=lru_cache(maxsize=16)(
-            lambda teams: team_pool_timeline(prometheus, window, pieces=timeline.pieces, teams=teams)
+            lambda teams: team_pool_timeline(prometheus, pieces=timeline.pieces, teams=teams)
         ),
         pods_now=lru_cache(maxsize=16)(lambda teams: pods_by_node_now(prometheus, window.end, teams=teams)),
         present=present,

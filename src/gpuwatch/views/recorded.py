@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwatch.config import Settings
-from gpuwatch.history import SampleHours, assemble, gap_warnings, scope_sums
+from gpuwatch.history import SampleHours, assemble, gap_warnings, node_telemetry_hours, scope_sums
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
 from gpuwatch.report import build_history_report
 from gpuwatch.service import Analysis
@@ -267,17 +267,9 @@ class RecordedView(FleetView):
 
     def node_coverage(self) -> pd.DataFrame:
         def compute() -> pd.DataFrame:
-            sums = self.recorded.sums
-            keys = ["piece", "node"]
-            hours = SampleHours(sums.pieces)
-            capacity, reporting = (
-                frame.assign(value=hours.weighted(frame)).set_index(keys)["value"]
-                for frame in (sums.capacity_sum, sums.reporting_sum)
-            )
-            reporting = reporting.reindex(capacity.index).fillna(0.0)
-            present = reporting.clip(upper=capacity).groupby(level="node").sum()
-            total = capacity.groupby(level="node").sum()
-            ratio = (present / total.where(total > 0)).rename("coverage_ratio")
+            telemetry = node_telemetry_hours(self.recorded.sums).set_index("node")
+            total = telemetry["capacity_gpu_hours"]
+            ratio = (telemetry["present_gpu_hours"] / total.where(total > 0)).rename("coverage_ratio")
             nodes = self.nodes()[["node", "pool", "capacity_ge"]]
             return nodes.merge(ratio.reset_index(), on="node", how="left").fillna({"coverage_ratio": 0.0})
 
