@@ -77,6 +77,11 @@ def read_history(
         prometheus = PrometheusSource.from_settings(settings.prometheus)
     try:
         sums = read_sums(prometheus, window, piece_seconds=piece_seconds)
+        if not (sums.pieces["samples"] > 0).any():
+            raise NoHistoryError(
+                f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
+                f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
+            )
         return assemble(sums, window=window, settings=settings, source_warnings=prometheus.take_warnings())
     finally:
         if own:
@@ -86,14 +91,9 @@ def read_history(
 def read_sums(
     prometheus: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
 ) -> HistorySums:
-    """history_sums() of the window; NoHistoryError when Prometheus holds no gpuwatch_* samples in it."""
-    pieces = history_pieces(prometheus, window, piece_seconds=piece_seconds)
-    if not (pieces["samples"] > 0).any():
-        raise NoHistoryError(
-            f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
-            f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
-        )
-    pieces = merge_covered(pieces)
+    """history_sums() of the window; where Prometheus holds no gpuwatch_* samples its pieces count none
+    (a window wholly without history reads as one gap, never as zeros)."""
+    pieces = merge_covered(history_pieces(prometheus, window, piece_seconds=piece_seconds))
     return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces)
 
 

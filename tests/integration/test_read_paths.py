@@ -60,7 +60,7 @@ def _service(prom: BackfilledPrometheus, kubeconfig: str, raw_max_gpu_samples: i
         )
     )
     settings = replace(settings, views=ViewSettings(raw_max_gpu_samples=raw_max_gpu_samples))
-    return FleetService(settings=settings, sources=LiveSources(settings))
+    return FleetService(settings=settings, sources=LiveSources(settings, clock=lambda: END))
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +180,29 @@ def test_history_missing_for_part_of_the_window_is_said_and_never_unallocated(
     after = timeline[timeline["timestamp"] >= pd.Timestamp(day.start)]
     assert after[STATE_COLUMNS].notna().all().all()
     assert after[STATE_COLUMNS].sum(axis=1).to_numpy() == pytest.approx(80.0)
+
+
+def test_a_costly_window_without_any_history_shows_the_gap_not_a_raw_recompute(
+    fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str, recorded: FleetView
+) -> None:
+    """The day before the backfilled one (the Teams page's previous period): no gpuwatch_* samples at
+    all. The view stays recorded, counts no GPU-hour in any state, draws one gap, and gives no trend."""
+    day = fleet.window
+    before = Window(start=day.start - timedelta(days=1), end=day.start, step_seconds=day.step_seconds)
+    view = open_view(_service(prom, kubeconfig, 0), before, computed_at=NOW)
+    assert isinstance(view, RecordedView)
+    fleet_row = view.report["fleet"]
+    assert fleet_row["capacity_gpu_hours"] == 0.0 and fleet_row["allocated_gpu_hours"] == 0.0
+    assert view.report["coverage"]["gpu_samples_present"] == 0
+    assert view.history_gaps() == [
+        "no gpuwatch_* samples from 2026-11-18T00:00:00Z to 2026-11-19T00:00:00Z (24 h): those hours are "
+        "in no sum of this report"
+    ]
+    timeline = view.ledger_timeline()
+    assert len(timeline) > 0 and timeline[STATE_COLUMNS].isna().all().all()
+    changes = recorded.team_changes(view)
+    assert len(changes) == len(recorded.report["teams"]) > 0
+    assert changes[["allocated_gpu_hours_change_ratio", "efficiency_change_ratio"]].isna().all().all()
 
 
 FILLED = "id => (document.getElementById(id)?.innerText || '').includes('resolution')"

@@ -39,13 +39,11 @@ class ReadPath:
 
     recorded: bool  # gpuwatch_* history aggregated in PromQL; False: recomputed from DCGM samples
     resolution_seconds: int
-    note: str = ""  # why this path, when it is not the one the window's cost asked for
 
     def describe(self) -> str:
         """ "from recorded history, 5 min resolution" / "recomputed from DCGM samples, 1 min resolution"."""
         what = "from recorded history" if self.recorded else "recomputed from DCGM samples"
-        text = f"{what}, {duration_text(self.resolution_seconds)} resolution"
-        return f"{text} ({self.note})" if self.note else text
+        return f"{what}, {duration_text(self.resolution_seconds)} resolution"
 
 
 def duration_text(seconds: float) -> str:

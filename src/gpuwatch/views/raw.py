@@ -15,13 +15,11 @@ from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView,
 class RawView(FleetView):
     """A window's analysis (per GPU-sample frames) narrowed to a scope; its report is build_report's."""
 
-    def __init__(
-        self, *, analysis: Analysis, computed_at: datetime, scope: Scope | None = None, note: str = ""
-    ) -> None:
+    def __init__(self, *, analysis: Analysis, computed_at: datetime, scope: Scope | None = None) -> None:
         scope = scope or Scope()
         self.base = analysis
         self.analysis = filter_analysis(analysis, scope)
-        path = ReadPath(recorded=False, resolution_seconds=analysis.window.step_seconds, note=note)
+        path = ReadPath(recorded=False, resolution_seconds=analysis.window.step_seconds)
         super().__init__(
             scope=scope, report=build_report(self.analysis), computed_at=computed_at, read_path=path
         )
@@ -31,9 +29,7 @@ class RawView(FleetView):
         return self.analysis.window
 
     def scoped(self, scope: Scope) -> "RawView":
-        return RawView(
-            analysis=self.base, computed_at=self.computed_at, scope=scope, note=self.read_path.note
-        )
+        return RawView(analysis=self.base, computed_at=self.computed_at, scope=scope)
 
     def ledger_timeline(self) -> pd.DataFrame:
         return self._cached(

@@ -4,7 +4,7 @@ import math
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from gpuwatch.history import NoHistoryError, read_sums
+from gpuwatch.history import read_sums
 from gpuwatch.model import Window
 from gpuwatch.service import FleetService
 from gpuwatch.sources.prometheus import (
@@ -33,26 +33,26 @@ def recorded_bucket_seconds(window: Window) -> int:
 
 
 def prefers_recorded(service: FleetService, window: Window) -> bool:
-    """Whether the window holds more GPU-samples than views.raw_max_gpu_samples (GPUs as the exporter
-    last published them) in sources that keep gpuwatch_* history."""
+    """Whether the window holds more GPU-samples than views.raw_max_gpu_samples in sources that keep
+    gpuwatch_* history: GPUs as the exporter published them at the window's end or, for a window before
+    it published any (the previous period of a first month), as it publishes them now."""
     prometheus = service.sources.recorded()
     if prometheus is None:
         return False
     gpus = float(node_states_now(prometheus, window.end)["value"].sum())
+    if gpus == 0 and window.end < service.now():
+        gpus = float(node_states_now(prometheus, service.now())["value"].sum())
     return gpu_samples(gpus, window) > service.settings.views.raw_max_gpu_samples
 
 
 def open_view(service: FleetService, window: Window, *, computed_at: datetime) -> FleetView:
     """The whole-fleet view of a window on the path its cost asks for (prefers_recorded): recorded
-    history, or the raw path (which holds every GPU-sample in pandas); raw again, saying why, when
-    Prometheus holds no gpuwatch_* series for the window."""
+    history, or the raw path (which holds every GPU-sample in pandas). A costly window Prometheus holds
+    no gpuwatch_* history for stays on the recorded path and shows that gap (the previous period of a
+    month reaching before the exporter was deployed, say): recomputing it raw is what the cost forbids."""
     prometheus = service.sources.recorded()
     if prometheus is not None and prefers_recorded(service, window):
-        try:
-            return RecordedView(read_recorded(service, prometheus, window, computed_at=computed_at))
-        except NoHistoryError:
-            note = "no recorded gpuwatch_* history in the window"
-            return RawView(analysis=service.analysis(window), computed_at=computed_at, note=note)
+        return RecordedView(read_recorded(service, prometheus, window, computed_at=computed_at))
     return RawView(analysis=service.analysis(window), computed_at=computed_at)
 
 

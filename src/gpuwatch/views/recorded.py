@@ -98,8 +98,8 @@ class RecordedView(FleetView):
         summed = summed[summed["piece"].isin(covered.index)].reset_index(drop=True)
         samples = summed["piece"].map(covered["samples"]).to_numpy(dtype=np.float64)
         starts = covered["end"] - pd.to_timedelta(covered["seconds"], unit="s")
-        return summed.assign(
-            value=summed["value"].to_numpy() / samples, timestamp=summed["piece"].map(starts)
+        return summed.assign(  # (reindex, not map: an empty read's piece column is no integer)
+            value=summed["value"].to_numpy() / samples, timestamp=starts.reindex(summed["piece"]).to_numpy()
         )
 
     def _gaps(self, frame: pd.DataFrame) -> pd.DataFrame:
