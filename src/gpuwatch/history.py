@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.core.groupby import DataFrameGroupBy
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
@@ -26,6 +27,7 @@ EPSILON_GE = 1e-9
 PARTIAL_PIECE_RATIO = 0.99  # a piece whose exporter samples cover less than this is named in warnings
 POD_KEYS = POD_HISTORY_LABELS
 WORKLOAD_KEYS = ("namespace", "pod", "team")
+SUMMED_USAGE = ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
 
 
 PriceOf = Callable[["pd.Series[str]"], "np.ndarray[Any, np.dtype[np.float64]]"]
@@ -222,15 +224,8 @@ def assemble(
     )
     workloads = _workloads(sums, hours, price_of)
     teams = _teams(sums, hours, workloads)
-    namespaces = workloads.groupby(["namespace", "team"], as_index=False, sort=True).agg(
-        allocated_gpu_hours=("allocated_gpu_hours", "sum"),
-        used_gpu_hours=("used_gpu_hours", _sum_known),
-        idle_gpu_hours=("idle_gpu_hours", "sum"),
-        unknown_gpu_hours=("unknown_gpu_hours", "sum"),
-        cost_usd=("cost_usd", "sum"),
-        waste_usd=("waste_usd", "sum"),
-        pods=("pod", "size"),
-    )
+    by_namespace = workloads.groupby(["namespace", "team"], sort=True)
+    namespaces = _usage_sums(by_namespace).assign(pods=by_namespace.size()).reset_index()
     fleet = pd.DataFrame(
         {
             "allocated_gpu_hours": [float(teams["allocated_gpu_hours"].sum())],
@@ -320,6 +315,13 @@ def _sum_known(values: "pd.Series[float]") -> float:
     return float(values.sum(min_count=1))
 
 
+def _usage_sums(grouped: "DataFrameGroupBy[Any, Any]") -> pd.DataFrame:
+    """Per group: GE-hours and dollars summed, used_gpu_hours unknown where every term is (_sum_known)."""
+    summed = grouped[list(SUMMED_USAGE)].sum()
+    summed.insert(1, "used_gpu_hours", grouped["used_gpu_hours"].sum(min_count=1))
+    return summed
+
+
 def node_telemetry_hours(sums: HistorySums) -> pd.DataFrame:
     """Per node: capacity_gpu_hours, and present_gpu_hours of GPUs with DCGM telemetry, per piece at most
     its capacity, since gpuwatch_node_gpus_reporting counts each MIG instance (the raw path counts
@@ -396,14 +398,7 @@ def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd
     # up, and node, pool, gpus and idle_since are those of the series it was last seen in.
     series = series.sort_values(["piece", "allocated_gpu_hours"], kind="stable", na_position="first")
     grouped = series.groupby(list(WORKLOAD_KEYS), sort=True)
-    summed = grouped.agg(
-        allocated_gpu_hours=("allocated_gpu_hours", "sum"),
-        used_gpu_hours=("used_gpu_hours", _sum_known),
-        idle_gpu_hours=("idle_gpu_hours", "sum"),
-        unknown_gpu_hours=("unknown_gpu_hours", "sum"),
-        cost_usd=("cost_usd", "sum"),
-        waste_usd=("waste_usd", "sum"),
-    ).reset_index()
+    summed = _usage_sums(grouped).reset_index()
     latest = grouped.tail(1)[[*WORKLOAD_KEYS, "node", "pool", "gpus", "idle_since"]]
     out = summed.merge(latest, on=list(WORKLOAD_KEYS), how="left")
     out["gpus"] = out["gpus"].fillna(0.0)
@@ -450,7 +445,7 @@ def _pools(
     frag = _time_average(sums.fragmentation_sum, sums.fragmentation_count, hours)
     extra: list[pd.DataFrame | pd.Series[float]] = [
         now,
-        workloads.groupby("pool")["used_gpu_hours"].agg(_sum_known).rename("used_gpu_hours"),
+        workloads.groupby("pool")["used_gpu_hours"].sum(min_count=1).rename("used_gpu_hours"),
         frag.rename("fragmentation_ratio"),
         sums.largest_free_block_now.groupby("pool")["value"].max().rename("largest_free_block_ge"),
     ]

@@ -60,7 +60,7 @@ def _service(prom: BackfilledPrometheus, kubeconfig: str, raw_max_gpu_samples: i
         )
     )
     settings = replace(settings, views=ViewSettings(raw_max_gpu_samples=raw_max_gpu_samples))
-    return FleetService(settings=settings, sources=LiveSources(settings, clock=lambda: END))
+    return FleetService(settings=settings, sources=LiveSources(settings))
 
 
 @pytest.fixture(scope="module")

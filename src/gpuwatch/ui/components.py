@@ -18,6 +18,7 @@ from gpuwatch.ui.filters import Filters, parse_query
 
 STORE_KEY = "GPUWATCH_VIEW_STORE"
 TABLE_ROWS = 50  # rows shown per table; downloads carry them all
+NODE_ROWS = 40  # nodes drawn in a per-node figure (a browser draws 10,000 GPUs slowly); downloads carry all
 
 
 def current_store() -> ViewStore:
@@ -310,12 +311,35 @@ def page(title: str, subtitle: str, *children: Any, as_of_id: str, banner_id: st
     )
 
 
-def graph(graph_id: str, title: str, *, note: str = "", height: int = 360) -> html.Section:
-    """A titled card holding a dcc.Graph filled by a callback."""
+def first_nodes(
+    frame: pd.DataFrame, rank: "pd.Series[float]", *, why: str, limit: int = NODE_ROWS
+) -> tuple[pd.DataFrame, str]:
+    """frame (rows of nodes in drawing order, `node` column) narrowed to the `limit` nodes ranked highest
+    by `rank` (per node; ties keep the drawing order), still in drawing order, and a caption saying so
+    ("" when every node is drawn)."""
+    nodes = list(dict.fromkeys(frame["node"]))
+    if len(nodes) <= limit:
+        return frame, ""
+    order = pd.Series(range(len(nodes)), index=nodes)
+    ranked = pd.DataFrame({"rank": rank.reindex(nodes).fillna(0.0), "order": order})
+    chosen = set(ranked.sort_values(["rank", "order"], ascending=[False, True]).index[:limit])
+    caption = f"{limit:,} of {len(nodes):,} nodes: {why}. Narrow with the pool filter; the download has all."
+    return frame[frame["node"].isin(chosen)], caption
+
+
+def graph(
+    graph_id: str, title: str, *, note: str = "", height: int = 360, download: str = "", shown_id: str = ""
+) -> html.Section:
+    """A titled card holding a dcc.Graph filled by a callback, with the table `download` names and a line
+    `shown_id` a callback fills when the figure draws part of it (first_nodes)."""
     return html.Section(
         [
-            html.H2(title),
+            html.Div(
+                [html.H2(title), download_buttons(download) if download else None],
+                className="gw-section-head",
+            ),
             html.P(note, className="gw-muted gw-note") if note else None,
+            html.P(id=shown_id, className="gw-muted gw-note") if shown_id else None,
             dcc.Loading(
                 dcc.Graph(
                     id=graph_id,

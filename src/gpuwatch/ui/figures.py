@@ -1,5 +1,6 @@
 """Pure functions from frames and numbers to plotly figures; no data loading here."""
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
@@ -311,14 +312,26 @@ def _orange(share: float) -> str:
     return f"rgb({rgb[0]},{rgb[1]},{rgb[2]})"
 
 
-def waste_treemap(workloads: Sequence[Mapping[str, object]]) -> go.Figure:
-    """Idle-allocated dollars, team → namespace → workload (shade: share of the largest team's waste)."""
-    rows = [w for w in workloads if float(str(w["waste_usd"])) > 0]
+TREEMAP_WORKLOADS = 100  # workload tiles drawn; the rest of a namespace's waste is one "more" tile
+
+
+def waste_treemap(
+    workloads: Sequence[Mapping[str, object]], *, max_workloads: int = TREEMAP_WORKLOADS
+) -> go.Figure:
+    """Idle-allocated dollars, team → namespace → workload (shade: share of the largest team's waste). The
+    `max_workloads` most wasteful workloads get a tile each; a namespace's others share one tile, so every
+    team and namespace total stays whole."""
+    rows = sorted(
+        (w for w in workloads if float(str(w["waste_usd"])) > 0), key=lambda w: -float(str(w["waste_usd"]))
+    )
     if not rows:
         return empty("no idle-allocated GPU time in this window")
+    more = Counter((str(w["team"]), str(w["namespace"])) for w in rows[max_workloads:])
     totals: dict[tuple[str, ...], float] = {}
-    for w in rows:
+    for rank, w in enumerate(rows):
         team, ns, pod = str(w["team"]), str(w["namespace"]), str(w["pod"])
+        if rank >= max_workloads:  # (no pod name holds a space)
+            pod = f"{more[(team, ns)]:,} more workloads"
         value = float(str(w["waste_usd"]))
         for key in ((team,), (team, ns), (team, ns, pod)):
             totals[key] = totals.get(key, 0.0) + value

@@ -1,10 +1,11 @@
-"""Rows and columns several pages show: usage tables, idle workloads, teams with quotas."""
+"""Rows and columns several pages show: usage tables, idle workloads, teams with quotas, nodes to draw."""
 
 import math
 from typing import Any
 
 import pandas as pd
 
+from gpuwatch.service import HOT_CELSIUS
 from gpuwatch.ui.components import Column, current_store, records
 from gpuwatch.ui.data import View, since_text
 
@@ -108,3 +109,20 @@ def quota_text(row: dict[str, Any]) -> str:
     if row.get("quota_gpus") is None:
         return "no quota"
     return f"{row['quota_used_gpus']:g} / {row['quota_gpus']:g} ({row['quota_use']:.0%})"
+
+
+def free_gpus(nodes_now: pd.DataFrame) -> "pd.Series[float]":
+    """Per node, its free GE (unallocated and stranded) at the window's end: the holes."""
+    return nodes_now.set_index("node")[["unallocated_ge", "stranded_ge"]].sum(axis=1)
+
+
+def gpus_to_look_at(gpus: pd.DataFrame) -> "pd.Series[float]":
+    """Per node of a health GPU table, its GPUs an SRE looks at first: with an XID or a row-remap failure,
+    hot, or without telemetry."""
+    marked = (
+        gpus["xid_last"].fillna(0).ne(0)
+        | gpus["row_remap_failure"].fillna(0).ne(0)
+        | gpus["temp_celsius"].gt(HOT_CELSIUS)
+        | gpus["uuid"].isna()
+    )
+    return marked.groupby(gpus["node"]).sum().astype("float64")

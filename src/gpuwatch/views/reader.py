@@ -34,14 +34,15 @@ def recorded_bucket_seconds(window: Window) -> int:
 
 def prefers_recorded(service: FleetService, window: Window) -> bool:
     """Whether the window holds more GPU-samples than views.raw_max_gpu_samples in sources that keep
-    gpuwatch_* history: GPUs as the exporter published them at the window's end or, for a window before
-    it published any (the previous period of a first month), as it publishes them now."""
+    gpuwatch_* history: GPUs as the exporter published them at the window's end or, for a window it
+    published nothing in (before it was deployed, or while it was down), as the API server counts them now:
+    the raw path would read them all."""
     prometheus = service.sources.recorded()
     if prometheus is None:
         return False
     gpus = float(node_states_now(prometheus, window.end)["value"].sum())
-    if gpus == 0 and window.end < service.now():
-        gpus = float(node_states_now(prometheus, service.now())["value"].sum())
+    if gpus == 0:
+        gpus = float(sum(node.gpu_count for node in service.sources.cluster_state().nodes))
     return gpu_samples(gpus, window) > service.settings.views.raw_max_gpu_samples
 
 

@@ -11,6 +11,7 @@ from gpuwatch.ui.components import (
     Column,
     as_of,
     capacity_kpi,
+    first_nodes,
     graph,
     kpi,
     load,
@@ -25,6 +26,7 @@ from gpuwatch.ui.components import (
 from gpuwatch.ui.data import Loaded, View, since_text
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
+from gpuwatch.ui.rows import free_gpus
 
 dash.register_page(
     __name__, path="/capacity", name="Capacity", title="gpuwatch · Capacity & fragmentation", order=2
@@ -42,6 +44,8 @@ def layout(**_query: str) -> html.Div:
             note="Light grey are the holes a new pod can use; red are free GPUs no pod can use "
             "(fragments smaller than the pods that ask, or on cordoned nodes).",
             height=300,
+            download="capacity-nodes",
+            shown_id=ids.CAPACITY_HOLES_SHOWN,
         ),
         html.Div(id=ids.CAPACITY_POOLS),
         graph(
@@ -154,6 +158,12 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
     ]
 
 
+@exporter("capacity-nodes")
+def _export_nodes(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return Export(frame=loaded.view.nodes_now())
+
+
 @exporter("capacity-pools")
 def _export_pools(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
@@ -172,11 +182,14 @@ def render(search: str | None) -> tuple[Any, ...]:
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
         blank = figures.empty("no data yet")
-        return (*head, [], blank, blank, None, None)
+        return (*head, [], blank, "", blank, None, None)
+    now = view.nodes_now()
+    nodes, shown = first_nodes(now, free_gpus(now), why="those with the most free GPUs (the holes)")
     return (
         *head,
         _kpis(view, filters),
-        figures.node_holes(view.nodes_now()),
+        figures.node_holes(nodes),
+        shown,
         figures.fragmentation_lines(view.fragmentation_timeline()),
         table("capacity-pools", "Pools", POOL_COLUMNS, pool_rows(view), empty_text="no pools"),
         table(
@@ -197,6 +210,7 @@ def render(search: str | None) -> tuple[Any, ...]:
     Output(ids.CAPACITY_AS_OF, "children"),
     Output(ids.CAPACITY_KPIS, "children"),
     Output(ids.CAPACITY_HOLES, "figure"),
+    Output(ids.CAPACITY_HOLES_SHOWN, "children"),
     Output(ids.CAPACITY_FRAGMENTATION, "figure"),
     Output(ids.CAPACITY_POOLS, "children"),
     Output(ids.CAPACITY_PENDING, "children"),

@@ -14,6 +14,8 @@ from gpuwatch.ui.components import (
     as_of,
     banners,
     current_store,
+    download_buttons,
+    first_nodes,
     kpi,
     load,
     num,
@@ -25,6 +27,7 @@ from gpuwatch.ui.components import (
 from gpuwatch.ui.data import Loaded, Timed, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters
+from gpuwatch.ui.rows import gpus_to_look_at
 
 dash.register_page(__name__, path="/health", name="Fleet health", title="gpuwatch · Fleet health", order=1)
 
@@ -38,6 +41,7 @@ def layout(**_query: str) -> html.Div:
                 html.Div(
                     [
                         html.H2("GPUs at the end of the window"),
+                        download_buttons("health-gpus"),
                         dcc.RadioItems(
                             id=ids.HEALTH_METRIC,
                             options=[
@@ -59,6 +63,7 @@ def layout(**_query: str) -> html.Div:
                     "the pods on the GPU.",
                     className="gw-muted gw-note",
                 ),
+                html.P(id=ids.HEALTH_HEATMAP_SHOWN, className="gw-muted gw-note"),
                 dcc.Loading(
                     dcc.Graph(id=ids.HEALTH_HEATMAP, config={"displaylogo": False, "responsive": True}),
                     type="dot",
@@ -242,6 +247,14 @@ def _export_events(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     return Export(frame=events(loaded.view, gpu_table(loaded.view, frame)))
 
 
+@exporter("health-gpus")
+def _export_gpus(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    timed = _health(loaded)
+    frame = timed.frame if timed and timed.frame is not None else pd.DataFrame(columns=list(HEALTH_COLUMNS))
+    return Export(frame=gpu_table(loaded.view, frame))
+
+
 @exporter("health-coverage")
 def _export_coverage(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
@@ -256,25 +269,29 @@ def render(search: str | None, metric: str) -> tuple[Any, ...]:
     shown = banners(outage, view)
     text = as_of(loaded, filters)
     if view is None or timed is None:
-        return shown, text, figures.empty("no data yet"), None, None
+        return shown, text, figures.empty("no data yet"), "", None, None
     if timed.frame is None:
-        return shown, text, figures.empty("device telemetry unavailable"), None, _coverage(view)
+        return shown, text, figures.empty("device telemetry unavailable"), "", None, _coverage(view)
     last = timed.frame["timestamp"].max() if len(timed.frame) else None
     if last is not None and not pd.isna(last):
         text += f" · device telemetry at {pd.Timestamp(last):%Y-%m-%d %H:%M} UTC"
     gpus = gpu_table(view, timed.frame)
-    heat = figures.health_heatmap(_cells(gpus, metric), metric)
+    drawn, caption = first_nodes(
+        gpus, gpus_to_look_at(gpus), why="those with the most GPUs marked or without telemetry"
+    )
+    heat = figures.health_heatmap(_cells(drawn, metric), metric)
     event_rows = records(events(view, gpus))
     event_table = table(
         "health-events", "Health events", EVENT_COLUMNS, event_rows, empty_text="no health events"
     )
-    return shown, text, heat, event_table, _coverage(view)
+    return shown, text, heat, caption, event_table, _coverage(view)
 
 
 @callback(
     Output(ids.HEALTH_BANNER, "children"),
     Output(ids.HEALTH_AS_OF, "children"),
     Output(ids.HEALTH_HEATMAP, "figure"),
+    Output(ids.HEALTH_HEATMAP_SHOWN, "children"),
     Output(ids.HEALTH_EVENTS, "children"),
     Output(ids.HEALTH_COVERAGE, "children"),
     Input(ids.URL, "search"),

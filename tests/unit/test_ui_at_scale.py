@@ -1,0 +1,100 @@
+"""What the pages draw of a big fleet: the nodes a per-node figure shows, and the waste treemap's tiles."""
+
+import math
+
+import pandas as pd
+
+from gpuwatch.ui.components import first_nodes
+from gpuwatch.ui.figures import waste_treemap
+from gpuwatch.ui.rows import free_gpus, gpus_to_look_at
+
+
+def _nodes(n: int) -> pd.DataFrame:
+    return pd.DataFrame({"node": [f"n{k:02d}" for k in range(n)], "pool": ["A"] * n})
+
+
+def test_a_small_fleet_draws_every_node_and_says_nothing() -> None:
+    frame = _nodes(3)
+    shown, caption = first_nodes(frame, pd.Series({"n01": 5.0}), why="x", limit=3)
+    assert shown is frame and caption == ""
+
+
+def test_the_highest_ranked_nodes_are_drawn_in_drawing_order_ties_by_that_order() -> None:
+    frame = _nodes(6)
+    rank = pd.Series({"n04": 3.0, "n01": 2.0, "n05": 2.0, "n02": 0.0})  # n00 and n03: unranked = 0
+    shown, caption = first_nodes(frame, rank, why="the busiest", limit=4)
+    # n04 (3), n01 and n05 (2, tie: drawing order), then n00 (0, first of the zeros in drawing order).
+    assert shown["node"].tolist() == ["n00", "n01", "n04", "n05"]
+    assert caption == "4 of 6 nodes: the busiest. Narrow with the pool filter; the download has all."
+
+
+def test_a_node_with_several_rows_keeps_all_of_them() -> None:
+    frame = pd.DataFrame({"node": ["a", "a", "b", "b", "c"], "gpu": [0, 1, 0, 1, 0]})
+    shown, _ = first_nodes(frame, pd.Series({"b": 1.0, "c": 0.5}), why="x", limit=2)
+    assert list(zip(shown["node"], shown["gpu"], strict=True)) == [("b", 0), ("b", 1), ("c", 0)]
+
+
+def test_the_capacity_figure_draws_the_nodes_with_the_most_free_gpus() -> None:
+    n = 45
+    now = _nodes(n).assign(unallocated_ge=0.0, stranded_ge=0.0)
+    now.loc[41, "unallocated_ge"] = 3.0
+    now.loc[42, "stranded_ge"] = 1.0
+    now.loc[44, ["unallocated_ge", "stranded_ge"]] = [1.0, 1.5]
+    shown, caption = first_nodes(now, free_gpus(now), why="the holes")
+    assert caption.startswith("40 of 45 nodes: the holes")
+    # The three with holes, then the first 37 of the rest, in drawing order.
+    assert shown["node"].tolist() == [f"n{k:02d}" for k in (*range(37), 41, 42, 44)]
+
+
+def test_the_health_heatmap_draws_first_the_nodes_with_marked_or_silent_gpus() -> None:
+    rows = []
+    for k in range(50):
+        for g in range(2):
+            rows.append(
+                {
+                    "node": f"n{k:02d}",
+                    "gpu": float(g),
+                    "uuid": f"GPU-{k}-{g}",
+                    "xid_last": math.nan,
+                    "row_remap_failure": math.nan,
+                    "temp_celsius": 50.0,
+                }
+            )
+    gpus = pd.DataFrame(rows)
+    gpus.loc[(gpus["node"] == "n45") & (gpus["gpu"] == 1), "xid_last"] = 79.0
+    gpus.loc[gpus["node"] == "n46", "uuid"] = None  # no telemetry
+    gpus.loc[(gpus["node"] == "n47") & (gpus["gpu"] == 0), "temp_celsius"] = 95.0
+    gpus.loc[(gpus["node"] == "n48") & (gpus["gpu"] == 0), "row_remap_failure"] = 1.0
+    gpus.loc[(gpus["node"] == "n49") & (gpus["gpu"] == 0), "xid_last"] = 0.0  # no XID since boot
+    drawn, caption = first_nodes(gpus, gpus_to_look_at(gpus), why="marked or silent")
+    nodes = set(drawn["node"])
+    assert len(nodes) == 40 and {"n45", "n46", "n47", "n48"} <= nodes and "n49" not in nodes
+    assert caption.startswith("40 of 50 nodes: marked or silent")
+
+
+def _workload(team: str, ns: str, pod: str, waste: float) -> dict[str, object]:
+    return {"team": team, "namespace": ns, "pod": pod, "waste_usd": waste}
+
+
+def test_the_treemap_draws_the_most_wasteful_workloads_and_keeps_every_total_whole() -> None:
+    workloads = [
+        _workload("t1", "a", "p1", 50.0),
+        _workload("t1", "a", "p2", 1.0),
+        _workload("t1", "a", "p3", 2.0),
+        _workload("t1", "b", "p4", 30.0),
+        _workload("t2", "c", "p5", 4.0),
+        _workload("t2", "c", "p6", 0.0),  # no waste: no tile
+    ]
+    fig = waste_treemap(workloads, max_workloads=3)
+    tiles = dict(zip(fig.data[0].ids, fig.data[0].values, strict=True))
+    assert tiles == {
+        "t1": 83.0,
+        "t2": 4.0,
+        "t1/a": 53.0,
+        "t1/b": 30.0,
+        "t2/c": 4.0,
+        "t1/a/p1": 50.0,
+        "t1/b/p4": 30.0,
+        "t2/c/p5": 4.0,
+        "t1/a/2 more workloads": 3.0,
+    }
