@@ -165,3 +165,18 @@ def test_the_rollup_read_sends_ranges_over_recorded_hours(servers: dict[str, str
     pods = [q for q in sent if "gpuwatch_pod_gpu_allocation" in q and "sum_over_time" in q]
     assert any(re.search(r"sum_over_time\(hour:gpuwatch_pod_gpu_allocation:sum_over_time\[", q) for q in pods)
     assert all(":60s]" not in q for q in pods if "hour:" in q)
+
+
+def test_a_bucket_shorter_than_the_exporters_interval_is_widened_to_it(tmp_path: Path) -> None:
+    """An exporter scraped every 5 min, drawn in 3-min buckets (a day's default): buckets of 5 min, each
+    with its cycle, none reported as missing history."""
+    fleet = build_demo_fleet(seed=3, end=END, days=0.25, step_seconds=300)
+    prometheus = _serve(fleet, tmp_path / "five", lambda line: True)
+    try:
+        source = PrometheusSource.from_settings(PrometheusSettings(url=prometheus.url))
+        window = Window(start=END - timedelta(hours=2), end=END - timedelta(hours=1))
+        pieces = history_pieces(source, window, piece_seconds=180)
+    finally:
+        prometheus.stop()
+    assert pieces["seconds"].tolist() == [300.0] * 12
+    assert pieces["samples"].tolist() == [1.0] * 12

@@ -4,6 +4,7 @@ import math
 
 import pandas as pd
 
+from gpuwatch.model import LEDGER_STATES
 from gpuwatch.ui.components import first_nodes
 from gpuwatch.ui.figures import waste_treemap
 from gpuwatch.ui.rows import free_gpus, gpus_to_look_at
@@ -34,19 +35,23 @@ def test_a_node_with_several_rows_keeps_all_of_them() -> None:
     assert list(zip(shown["node"], shown["gpu"], strict=True)) == [("b", 0), ("b", 1), ("c", 0)]
 
 
-def test_the_capacity_figure_draws_the_nodes_with_the_most_free_gpus() -> None:
+def test_the_capacity_figure_draws_partly_used_nodes_with_the_most_free_gpus_first() -> None:
     n = 45
-    now = _nodes(n).assign(unallocated_ge=0.0, stranded_ge=0.0)
-    now.loc[41, "unallocated_ge"] = 3.0
-    now.loc[42, "stranded_ge"] = 1.0
-    now.loc[44, ["unallocated_ge", "stranded_ge"]] = [1.0, 1.5]
-    shown, caption = first_nodes(now, free_gpus(now), why="the holes")
+    now = _nodes(n).assign(**{f"{s}_ge": 0.0 for s in LEDGER_STATES})
+    now["allocated_active_ge"] = 8.0
+    now.loc[41, ["unallocated_ge", "allocated_active_ge"]] = [3.0, 5.0]
+    now.loc[42, ["stranded_ge", "allocated_active_ge"]] = [0.5, 7.5]
+    now.loc[44, ["unallocated_ge", "stranded_ge", "allocated_active_ge"]] = [1.0, 1.5, 5.5]
+    now.loc[range(30, 40), ["unallocated_ge", "allocated_active_ge"]] = [8.0, 0.0]  # wholly free
+    rank = free_gpus(now)
+    assert rank["n41"] == 3.0 + 8.0 and rank["n42"] == 0.5 + 8.0 and rank["n35"] == 8.0 and rank["n00"] == 0.0
+    shown, caption = first_nodes(now, rank, why="the holes")
     assert caption.startswith("40 of 45 nodes: the holes")
-    # The three with holes, then the first 37 of the rest, in drawing order.
-    assert shown["node"].tolist() == [f"n{k:02d}" for k in (*range(37), 41, 42, 44)]
+    # The three partly used, the ten wholly free, then the first 27 of the rest, in drawing order.
+    assert shown["node"].tolist() == [f"n{k:02d}" for k in (*range(27), *range(30, 40), 41, 42, 44)]
 
 
-def test_the_health_heatmap_draws_first_the_nodes_with_marked_or_silent_gpus() -> None:
+def test_the_health_heatmap_draws_first_nodes_with_critical_events_then_marked_or_silent_gpus() -> None:
     rows = []
     for k in range(50):
         for g in range(2):
@@ -66,9 +71,12 @@ def test_the_health_heatmap_draws_first_the_nodes_with_marked_or_silent_gpus() -
     gpus.loc[(gpus["node"] == "n47") & (gpus["gpu"] == 0), "temp_celsius"] = 95.0
     gpus.loc[(gpus["node"] == "n48") & (gpus["gpu"] == 0), "row_remap_failure"] = 1.0
     gpus.loc[(gpus["node"] == "n49") & (gpus["gpu"] == 0), "xid_last"] = 0.0  # no XID since boot
-    drawn, caption = first_nodes(gpus, gpus_to_look_at(gpus), why="marked or silent")
+    found = pd.DataFrame({"node": ["n49", "n44", "n43"], "severity": ["warning", "critical", "info"]})
+    rank = gpus_to_look_at(gpus, found)
+    assert rank["n44"] == 3.0 and rank["n46"] == 2.0 and rank["n45"] == 1.0 and rank["n49"] == 0.0
+    drawn, caption = first_nodes(gpus, rank, why="marked or silent")
     nodes = set(drawn["node"])
-    assert len(nodes) == 40 and {"n45", "n46", "n47", "n48"} <= nodes and "n49" not in nodes
+    assert len(nodes) == 40 and {"n44", "n45", "n46", "n47", "n48"} <= nodes and "n49" not in nodes
     assert caption.startswith("40 of 50 nodes: marked or silent")
 
 

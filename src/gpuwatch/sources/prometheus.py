@@ -707,9 +707,12 @@ def history_pieces(
     pieces of `piece_seconds` (a multiple of an hour), and the part-hours at either end raw, on the
     exporter's grid (all raw where there are no roll-ups). A roll-up piece that counts fewer exporter
     cycles than the raw series hold (the rules missed hours; one late scrape per hour is let pass) is
-    read raw instead."""
+    read raw instead. A piece is never shorter than the exporter's interval: one the exporter had no
+    cycle in is no gap in its history."""
+    probed = max(piece_seconds, promql.INTERVAL_PROBE_SECONDS)  # a piece's count says its interval or less
+    resolution = _exporter_resolution(source, window_pieces(window, piece_seconds=probed))
+    piece_seconds = max(piece_seconds, resolution)
     plain = window_pieces(window, piece_seconds=piece_seconds)
-    resolution = _exporter_resolution(source, plain)
     pieces = _rollup_pieces(source, window, piece_seconds, resolution)
     if pieces is None:
         grid = plain.assign(grid_seconds=resolution, rollup=False, resolution_seconds=resolution)

@@ -226,7 +226,7 @@ def fragmentation_lines(timeline: pd.DataFrame) -> go.Figure:
         )
     fig.update_layout(hovermode="x unified")
     _style(fig, x_title="time (UTC)", y_title="fragmentation ratio (% of free GPUs)")
-    fig.update_yaxes(tickformat=".0%", rangemode="tozero")
+    fig.update_yaxes(tickformat=".2~%", rangemode="tozero")  # ticks 0.5 % apart stay distinct
     return fig
 
 

@@ -5,6 +5,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpuwatch.model import LEDGER_STATES
 from gpuwatch.service import HOT_CELSIUS
 from gpuwatch.ui.components import Column, current_store, records
 from gpuwatch.ui.data import View, since_text
@@ -112,17 +113,25 @@ def quota_text(row: dict[str, Any]) -> str:
 
 
 def free_gpus(nodes_now: pd.DataFrame) -> "pd.Series[float]":
-    """Per node, its free GE (unallocated and stranded) at the window's end: the holes."""
-    return nodes_now.set_index("node")[["unallocated_ge", "stranded_ge"]].sum(axis=1)
+    """Per node at the window's end, its free GE (unallocated and stranded), a node partly in use ranked
+    above every wholly free one: its holes are where a pod of some size fits or strands."""
+    states = nodes_now.set_index("node")
+    free = states["unallocated_ge"] + states["stranded_ge"]
+    total = states[[f"{s}_ge" for s in LEDGER_STATES]].sum(axis=1)
+    partly = (free > 0) & (free < total - 1e-9)
+    return free + partly * float(total.max())
 
 
-def gpus_to_look_at(gpus: pd.DataFrame) -> "pd.Series[float]":
-    """Per node of a health GPU table, its GPUs an SRE looks at first: with an XID or a row-remap failure,
-    hot, or without telemetry."""
+def gpus_to_look_at(gpus: pd.DataFrame, events: pd.DataFrame) -> "pd.Series[float]":
+    """Per node of a health GPU table, what an SRE looks at first: a node with a critical health event
+    (`events`: node, severity) above every other, then its GPUs with an XID or a row-remap failure, hot,
+    or without telemetry."""
     marked = (
         gpus["xid_last"].fillna(0).ne(0)
         | gpus["row_remap_failure"].fillna(0).ne(0)
         | gpus["temp_celsius"].gt(HOT_CELSIUS)
         | gpus["uuid"].isna()
     )
-    return marked.groupby(gpus["node"]).sum().astype("float64")
+    per_node = marked.groupby(gpus["node"]).sum().astype("float64")
+    critical = events.loc[events["severity"].eq("critical"), "node"].unique()
+    return per_node + per_node.index.isin(critical) * float(gpus.groupby("node").size().max() + 1)

@@ -184,7 +184,7 @@ def render(search: str | None) -> tuple[Any, ...]:
         blank = figures.empty("no data yet")
         return (*head, [], blank, "", blank, None, None)
     now = view.nodes_now()
-    nodes, shown = first_nodes(now, free_gpus(now), why="those with the most free GPUs (the holes)")
+    nodes, shown = first_nodes(now, free_gpus(now), why="partly used nodes with the most free GPUs first")
     return (
         *head,
         _kpis(view, filters),

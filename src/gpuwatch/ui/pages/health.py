@@ -276,11 +276,11 @@ def render(search: str | None, metric: str) -> tuple[Any, ...]:
     if last is not None and not pd.isna(last):
         text += f" · device telemetry at {pd.Timestamp(last):%Y-%m-%d %H:%M} UTC"
     gpus = gpu_table(view, timed.frame)
-    drawn, caption = first_nodes(
-        gpus, gpus_to_look_at(gpus), why="those with the most GPUs marked or without telemetry"
-    )
+    found = events(view, gpus)
+    why = "nodes with critical events, then those with the most GPUs marked or without telemetry"
+    drawn, caption = first_nodes(gpus, gpus_to_look_at(gpus, found), why=why)
     heat = figures.health_heatmap(_cells(drawn, metric), metric)
-    event_rows = records(events(view, gpus))
+    event_rows = records(found)
     event_table = table(
         "health-events", "Health events", EVENT_COLUMNS, event_rows, empty_text="no health events"
     )
