@@ -111,9 +111,12 @@ def kube_api(
 
 @contextmanager
 def serve(prometheus_url: str, kubeconfig: Path) -> Iterator[tuple[str, int]]:
+    """`gpuwatch serve`, its log (a request line each) in serve.log beside the kubeconfig: an unread pipe
+    would fill and stop the server mid-benchmark."""
     port = free_port()
     cmd = [GPUWATCH, "serve", "--prometheus-url", prometheus_url, "--kubeconfig", str(kubeconfig)]
-    proc = subprocess.Popen([*cmd, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = (kubeconfig.parent / "serve.log").open("wb")
+    proc = subprocess.Popen([*cmd, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
         import requests
@@ -129,6 +132,7 @@ def serve(prometheus_url: str, kubeconfig: Path) -> Iterator[tuple[str, int]]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        log.close()
 
 
 def peak_rss_gb(pid: int) -> float:
