@@ -1,6 +1,7 @@
 """Which read path answers a window: raw while its GPU-samples are few, recorded history beyond."""
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import lru_cache
 
@@ -65,24 +66,29 @@ def read_recorded(
     computed_at: datetime,
 ) -> Recorded:
     """Everything a recorded view draws for the window, read once for the whole fleet (the scoped
-    timelines and pods at the end when a scope first asks, once per set of teams)."""
-    sums = read_sums(prometheus, window)
-    timeline = history_timeline(prometheus, window, bucket_seconds=recorded_bucket_seconds(window))
+    timelines and pods at the end when a scope first asks, once per set of teams). The reads go side by
+    side: Prometheus sums the window while this process builds the present from the API server."""
     step = window.step_seconds
-    present = service.analysis(
-        Window(start=window.end - timedelta(seconds=step), end=window.end, step_seconds=step)
-    )
+    last_step = Window(start=window.end - timedelta(seconds=step), end=window.end, step_seconds=step)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        sums = pool.submit(read_sums, prometheus, window)
+        timeline_read = pool.submit(
+            history_timeline, prometheus, window, bucket_seconds=recorded_bucket_seconds(window)
+        )
+        present = pool.submit(service.analysis, last_step)
+        node_states = pool.submit(node_states_now, prometheus, window.end)
+        timeline = timeline_read.result()
     return Recorded(
         settings=service.settings,
         window=window,
-        sums=sums,
+        sums=sums.result(),
         timeline=timeline,
-        node_states=node_states_now(prometheus, window.end),
+        node_states=node_states.result(),
         team_pools=lru_cache(maxsize=16)(
             lambda teams: team_pool_timeline(prometheus, pieces=timeline.pieces, teams=teams)
         ),
         pods_now=lru_cache(maxsize=16)(lambda teams: pods_by_node_now(prometheus, window.end, teams=teams)),
-        present=present,
+        present=present.result(),
         computed_at=computed_at,
         source_warnings=tuple(prometheus.take_warnings()),
     )
