@@ -1,11 +1,14 @@
-"""What the pages draw of a big fleet: the nodes a per-node figure shows, and the waste treemap's tiles."""
+"""What the pages draw of a big fleet: the nodes a per-node figure shows, the waste treemap's tiles, and
+tables of text as one component."""
 
 import math
+from typing import Any
 
 import pandas as pd
+from dash import dcc
 
 from gpuwatch.model import LEDGER_STATES
-from gpuwatch.ui.components import first_nodes
+from gpuwatch.ui.components import Column, first_nodes, table
 from gpuwatch.ui.figures import waste_treemap
 from gpuwatch.ui.rows import free_gpus, gpus_to_look_at
 
@@ -106,3 +109,43 @@ def test_the_treemap_draws_the_most_wasteful_workloads_and_keeps_every_total_who
         "t2/c/p5": 4.0,
         "t1/a/2 more workloads": 3.0,
     }
+
+
+def _markdown(node: Any) -> list[dcc.Markdown]:
+    """Every dcc.Markdown in a component tree."""
+    if isinstance(node, dcc.Markdown):
+        return [node]
+    children = getattr(node, "children", None)
+    children = children if isinstance(children, list) else [children]
+    return [m for child in children if child is not None for m in _markdown(child)]
+
+
+def test_a_table_of_text_is_one_component_with_every_value_escaped() -> None:
+    columns = [
+        Column("pod", "pod"),
+        Column("team", "team", href=lambda r: f"/teams/{r['team']}"),
+        Column("waste_usd", "waste $", "usd"),
+        Column("severity", "severity", "tag"),
+    ]
+    rows = [
+        {"pod": '<script>alert("x")</script>', "team": "a&b", "waste_usd": 1234.5, "severity": "critical"}
+    ]
+    section = table("t", "T", columns, rows, query="?window=24h&team=a")
+    (markdown,) = _markdown(section)
+    assert markdown.dangerously_allow_html
+    assert markdown.children == (
+        '<table class="gw-table" id="table-t"><thead><tr><th>pod</th><th>team</th><th class="n">waste $</th>'
+        "<th>severity</th></tr></thead><tbody><tr>"
+        '<td data-col="pod">&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;</td>'
+        '<td data-col="team"><a href="/teams/a&amp;b?window=24h&amp;team=a">a&amp;b</a></td>'
+        '<td class="n" data-col="waste_usd">$1,234.50</td>'
+        '<td class="gw-tag gw-tag-critical" data-col="severity">critical</td>'
+        "</tr></tbody></table>"
+    )
+
+
+def test_a_table_holding_components_keeps_them() -> None:
+    spark = dcc.Graph(id="spark")
+    section = table("t", "T", [Column("trend", "trend")], [{"trend": spark}])
+    assert _markdown(section) == []
+    assert "spark" in str(section)
