@@ -135,6 +135,10 @@ class Column:
     def numeric(self) -> bool:
         return self.kind in ("usd", "pct", "num", "int", "change", "pp")
 
+    def cell_class(self, value: Any) -> str:
+        """The CSS class of a cell holding `value` ("" for none): numbers align right, tags are coloured."""
+        return "n" if self.numeric else (f"gw-tag gw-tag-{value}" if self.kind == "tag" else "")
+
 
 def _cell(column: Column, row: Mapping[str, Any], query: str) -> html.Td:
     value = row.get(column.key)
@@ -144,9 +148,8 @@ def _cell(column: Column, row: Mapping[str, Any], query: str) -> html.Td:
         content = FORMATS[column.kind](value)
         if column.href is not None:
             content = dcc.Link(content, href=column.href(row) + query)
-    classes = "n" if column.numeric else (f"gw-tag gw-tag-{value}" if column.kind == "tag" else None)
     attributes: dict[str, Any] = {"data-col": column.key}
-    return html.Td(content, className=classes, **attributes)
+    return html.Td(content, className=column.cell_class(value) or None, **attributes)
 
 
 def _html_table(
@@ -160,7 +163,7 @@ def _html_table(
         text = escape(" ".join(FORMATS[column.kind](value).splitlines()))  # a blank line would end the HTML
         if column.href is not None:
             text = f'<a href="{escape(column.href(row) + query)}">{text}</a>'
-        classes = "n" if column.numeric else (f"gw-tag gw-tag-{value}" if column.kind == "tag" else "")
+        classes = column.cell_class(value)
         css = f' class="{escape(classes)}"' if classes else ""
         return f'<td{css} data-col="{escape(column.key)}">{text}</td>'
 

@@ -77,7 +77,7 @@ def read_recorded(
         )
         present = pool.submit(service.analysis, last_step)
         node_states = pool.submit(node_states_now, prometheus, window.end)
-        timeline = timeline_read.result()
+    timeline = timeline_read.result()
     return Recorded(
         settings=service.settings,
         window=window,
