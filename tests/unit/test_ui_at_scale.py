@@ -10,7 +10,7 @@ from dash import dcc
 from gpuwatch.model import LEDGER_STATES
 from gpuwatch.ui.components import Column, first_nodes, table
 from gpuwatch.ui.figures import waste_treemap
-from gpuwatch.ui.rows import free_gpus, gpus_to_look_at
+from gpuwatch.ui.rows import free_gpus, gpu_marks, gpus_to_look_at
 
 
 def _nodes(n: int) -> pd.DataFrame:
@@ -149,3 +149,18 @@ def test_a_table_holding_components_keeps_them() -> None:
     section = table("t", "T", [Column("trend", "trend")], [{"trend": spark}])
     assert _markdown(section) == []
     assert "spark" in str(section)
+
+
+def test_a_gpu_is_marked_only_by_what_is_known_about_it() -> None:
+    gpus = pd.DataFrame(
+        {
+            "xid_last": [79.0, 0.0, math.nan, math.nan],
+            "row_remap_failure": [0.0, 1.0, math.nan, math.nan],  # NaN: the exporter has no such field
+            "temp_celsius": [50.0, 50.0, 95.0, math.nan],
+        }
+    )
+    assert gpu_marks(gpus).to_dict("list") == {
+        "xid": [True, False, False, False],
+        "remap": [False, True, False, False],
+        "hot": [False, False, True, False],
+    }

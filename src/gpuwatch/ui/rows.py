@@ -122,16 +122,24 @@ def free_gpus(nodes_now: pd.DataFrame) -> "pd.Series[float]":
     return free + partly * float(total.max())
 
 
+def gpu_marks(gpus: pd.DataFrame) -> pd.DataFrame:
+    """Per row of a health GPU table, what its heatmap cell is marked with: xid (a last XID), remap (a
+    row-remap failure) and hot (above HOT_CELSIUS); unknown values mark nothing."""
+    return pd.DataFrame(
+        {
+            "xid": gpus["xid_last"].fillna(0).ne(0),
+            "remap": gpus["row_remap_failure"].fillna(0).ne(0),
+            "hot": gpus["temp_celsius"].gt(HOT_CELSIUS),
+        },
+        index=gpus.index,
+    )
+
+
 def gpus_to_look_at(gpus: pd.DataFrame, events: pd.DataFrame) -> "pd.Series[float]":
     """Per node of a health GPU table, what an SRE looks at first: a node with a critical health event
-    (`events`: node, severity) above every other, then its GPUs with an XID or a row-remap failure, hot,
-    or without telemetry."""
-    marked = (
-        gpus["xid_last"].fillna(0).ne(0)
-        | gpus["row_remap_failure"].fillna(0).ne(0)
-        | gpus["temp_celsius"].gt(HOT_CELSIUS)
-        | gpus["uuid"].isna()
-    )
+    (`events`: node, severity) above every other, then its GPUs that are marked (gpu_marks) or without
+    telemetry."""
+    marked = gpu_marks(gpus).any(axis=1) | gpus["uuid"].isna()
     per_node = marked.groupby(gpus["node"]).sum().astype("float64")
     critical = events.loc[events["severity"].eq("critical"), "node"].unique()
     return per_node + per_node.index.isin(critical) * float(gpus.groupby("node").size().max() + 1)

@@ -3,11 +3,10 @@
 from typing import Any
 
 import dash
-import numpy as np
 import pandas as pd
 from dash import Input, Output, callback, dcc, html
 
-from gpuwatch.service import HEALTH_COLUMNS, HOT_CELSIUS, gpu_rows, health_events, is_hot, xid_text
+from gpuwatch.service import HEALTH_COLUMNS, HOT_CELSIUS, gpu_rows, health_events, xid_text
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
     Column,
@@ -27,7 +26,7 @@ from gpuwatch.ui.components import (
 from gpuwatch.ui.data import Loaded, Timed, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters
-from gpuwatch.ui.rows import gpus_to_look_at
+from gpuwatch.ui.rows import gpu_marks, gpus_to_look_at
 
 dash.register_page(__name__, path="/health", name="Fleet health", title="gpuwatch · Fleet health", order=1)
 
@@ -117,14 +116,9 @@ def _cells(gpus: pd.DataFrame, metric: str) -> pd.DataFrame:
         metric
     ]
     markers, hovers = [], []
-    for r in records(gpus):
-        marks = []
-        if r["xid_last"] and not np.isnan(r["xid_last"]):
-            marks.append(f"XID {int(r['xid_last'])}")
-        if r["row_remap_failure"] and not np.isnan(r["row_remap_failure"]):
-            marks.append("remap")
-        if is_hot(r["temp_celsius"]):
-            marks.append("hot")
+    for r, m in zip(records(gpus), records(gpu_marks(gpus)), strict=True):
+        marks = [f"XID {int(r['xid_last'])}"] if m["xid"] else []
+        marks += [name for name in ("remap", "hot") if m[name]]
         markers.append(" ".join(marks))
         title = f"<b>{r['node']} · GPU {r['gpu']:.0f}</b>"
         if pd.isna(r["uuid"]):
@@ -136,9 +130,9 @@ def _cells(gpus: pd.DataFrame, metric: str) -> pd.DataFrame:
             f"utilization {pct(r['util_ratio'])} · {num(r['temp_celsius']).rstrip('0').rstrip('.')} °C · "
             f"{r['power_watts']:,.0f} W · memory {pct(r['memory_ratio'])}",
         ]
-        if r["xid_last"] and not np.isnan(r["xid_last"]):
+        if m["xid"]:
             lines.append(xid_text(r["xid_last"]))
-        if r["row_remap_failure"]:
+        if m["remap"]:
             lines.append("row-remap failure: memory unreliable until reset")
         lines.append(f"pods: {r['holders'] or 'none'}")
         hovers.append("<br>".join(lines))
