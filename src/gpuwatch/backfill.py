@@ -1,5 +1,6 @@
 """The simulated fleet's history as Prometheus would hold it: DCGM series, gpuwatch_* series and the hourly
-roll-ups the recording rules make of them, in one OpenMetrics file or straight into a TSDB directory.
+and daily roll-ups the recording rules make of them, in one OpenMetrics file or straight into a TSDB
+directory.
 
 A month of a large fleet is far too big for one OpenMetrics file: promtool before 2.44 (Debian 12 ships
 2.42) writes 2 h blocks and re-reads its whole input once per block. So the history is cut into one
@@ -97,8 +98,8 @@ def write_fleet_backfill(
     gpuwatch_series: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
-    """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series with their hourly
-    roll-ups, one OpenMetrics file.
+    """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series with their hourly and
+    daily roll-ups, one OpenMetrics file.
 
     gpuwatch's series come from one analysis of the whole window (fragmentation under its request mix);
     a fleet too large for that is written block by block with backfill.write_tsdb.
@@ -111,7 +112,8 @@ def write_fleet_backfill(
         families = history_families(history_service(fleet), fleet.window)
         half = fleet.window.step_seconds / 2
         n += write_openmetrics(families, out, offset_seconds=half, end_of_file=False)
-        n += write_openmetrics(rollup_families(families, offset_seconds=half), out, end_of_file=False)
+        hourly = rollup_families(families, offset_seconds=half)
+        n += write_openmetrics([*hourly, *day_rollup_families(hourly)], out, end_of_file=False)
     out.write("# EOF\n")
     return n
 
@@ -178,6 +180,53 @@ def rollup_families(
     return out
 
 
+# The daily roll-ups' evaluation, as Prometheus might phase the group: 23:30 UTC, summing the hours
+# evaluated 00:00-23:00 (promql.day_rollup_rules).
+DAY_EVALUATION_SECONDS = 23 * 3600 + 1800
+
+
+def day_rollup_families(hourly: Sequence[Family]) -> list[Family]:
+    """The daily roll-ups the gpuwatch.rollup.daily rules make of these hourly ones, evaluated every day
+    at DAY_EVALUATION_SECONDS after midnight UTC: per series, the sum (or the last) of its hourly samples
+    evaluated in (D − lag − 1 d, D − lag]. Only days evaluated by the last hour given (+ lag) are written,
+    so blocks written apart give each day once when each holds the hours of whole UTC days."""
+    day_ms, lag_ms = promql.DAY_SECONDS * 1000, promql.DAY_ROLLUP_LAG_SECONDS * 1000
+    phase_ms = DAY_EVALUATION_SECONDS * 1000
+    out: list[Family] = []
+    days: set[int] = set()
+    written = [f.samples["timestamp"].max() for f in hourly if not f.samples.empty]
+    if not written:
+        return out
+    latest_ms = int(max(written).value // 1_000_000)
+    for family in hourly:
+        parts = family.name.split(":")
+        if family.name == promql.ROLLUP_MARKER or family.samples.empty:
+            continue
+        metric, function = parts[1], parts[2]
+        samples = family.samples.sort_values("timestamp", kind="stable")
+        ms = samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy()
+        evaluated = -(-(ms + lag_ms - phase_ms) // day_ms) * day_ms + phase_ms
+        codes, first_rows = series_codes(samples, family.labels)
+        frame = pd.DataFrame({"series": codes, "day": evaluated, "value": samples["value"].to_numpy()})
+        per_day = frame.groupby(["series", "day"], sort=False)["value"]
+        rolled = (per_day.last() if function == "last_over_time" else per_day.sum()).reset_index()
+        rolled = rolled[rolled["day"] - lag_ms <= latest_ms].reset_index(drop=True)
+        days.update(rolled["day"].unique().tolist())
+        names = samples[list(family.labels)].iloc[first_rows].reset_index(drop=True)
+        labelled = names.iloc[rolled.pop("series").to_numpy()].reset_index(drop=True)
+        rolled = pd.concat([labelled, rolled], axis=1)
+        rolled["timestamp"] = pd.to_datetime(rolled.pop("day"), unit="ms", utc=True)
+        name = promql.rollup_name(metric, function, "day")
+        out.append(Family(name, f"Daily {function} of {metric}.", family.labels, rolled))
+    if days:
+        marks = np.array(sorted(days), dtype=np.int64)
+        marker = pd.DataFrame(
+            {"timestamp": pd.to_datetime(marks, unit="ms", utc=True), "value": marks / 1000}
+        )
+        out.append(Family(promql.DAY_ROLLUP_MARKER, "When the daily roll-ups were evaluated.", (), marker))
+    return out
+
+
 def block_ranges(window: Window) -> list[tuple[datetime, datetime]]:
     """Per 2 h block holding a sample: the interval starts [a, b) whose samples, written at t_i + step/2,
     fall in that block (a `between=` range for write_backfill)."""
@@ -210,7 +259,7 @@ def write_tsdb(
     target = Path(tsdb)
     target.mkdir(parents=True, exist_ok=True)
     ranges = block_ranges(fleet.window)
-    tasks = [ranges[i : i + BLOCKS_PER_TASK] for i in range(0, len(ranges), BLOCKS_PER_TASK)]
+    tasks = _day_tasks(ranges, fleet.window.step_seconds / 2)
     samples = size = done = 0
     with tempfile.TemporaryDirectory(prefix="gpuwatch-backfill-") as scratch:
         job = _Job(layout, metrics, dcgm, gpuwatch_series, promtool, target, Path(scratch))
@@ -227,6 +276,18 @@ def write_tsdb(
     return TsdbBackfill(samples=samples, blocks=len(ranges), openmetrics_bytes=size)
 
 
+def _day_tasks(ranges: list[tuple[datetime, datetime]], half: float) -> list[list[tuple[datetime, datetime]]]:
+    """The blocks cut into tasks of one UTC day (at most BLOCKS_PER_TASK blocks): a task's roll-ups are the
+    hours of its day, so each daily roll-up is made, whole, by one task."""
+    tasks: list[list[tuple[datetime, datetime]]] = []
+    for a, b in ranges:
+        block = a + timedelta(seconds=half)
+        if not tasks or len(tasks[-1]) == BLOCKS_PER_TASK or (block.hour == 0 and block.minute == 0):
+            tasks.append([])
+        tasks[-1].append((a, b))
+    return tasks
+
+
 def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int, int]:
     """Analyse the task's blocks at once, then write and import one file per block."""
     fleet, job = _FLEET, _JOB
@@ -238,6 +299,7 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int, int]
     hour = timedelta(seconds=promql.ROLLUP_SECONDS)
     first, end = ranges[0][0] + timedelta(seconds=half), ranges[-1][1] + timedelta(seconds=half)
     rollups = rollup_families(families, offset_seconds=half, after=first - hour, until=end - hour)
+    rollups += day_rollup_families(rollups)
     for a, b in ranges:
         path = job.scratch / f"block-{int(a.timestamp())}.om"
         with path.open("w", encoding="utf-8") as out:

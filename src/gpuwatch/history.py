@@ -100,16 +100,17 @@ def read_sums(
 
 
 def merge_covered(pieces: pd.DataFrame, *, covered_ratio: float = PARTIAL_PIECE_RATIO) -> pd.DataFrame:
-    """history_pieces() for window sums: back-to-back roll-up pieces that the exporter covered (at least
-    `covered_ratio` of them) and whose samples each stand for the same time, read as one piece, so a
-    month is one range per family, not one per day. Sums stay exact: GE-hours are Σ samples × that time.
-    Pieces without samples or covered in part stay apart (coverage names them)."""
+    """history_pieces() for window sums: back-to-back roll-up pieces of one level that the exporter covered
+    (at least `covered_ratio` of them) and whose samples each stand for the same time, read as one piece,
+    so a month is one range per family and level, not one per day. Sums stay exact: GE-hours are
+    Σ samples × that time. Pieces without samples or covered in part stay apart (coverage names them)."""
     covered = pieces["samples"] * pieces["resolution_seconds"] >= covered_ratio * pieces["seconds"]
-    per_sample = pieces["piece"].map(SampleHours(pieces).per_sample).where(pieces["rollup"] & covered)
+    per_sample = pieces["piece"].map(SampleHours(pieces).per_sample).where((pieces["rollup"] != "") & covered)
     merged: list[dict[str, Any]] = []
     weights: list[float] = []
     for row, weight in zip(pieces.to_dict("records"), per_sample.tolist(), strict=True):
-        if merged and math.isclose(weights[-1], weight, rel_tol=1e-9):
+        same_level = bool(merged) and merged[-1]["rollup"] == row["rollup"]
+        if same_level and math.isclose(weights[-1], weight, rel_tol=1e-9):
             last = merged[-1]
             last.update(end=row["end"], seconds=last["seconds"] + row["seconds"])
             last["samples"] += row["samples"]

@@ -37,21 +37,26 @@ def _gpuwatch(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_blocks_hold_exactly_the_one_file_backfill(tmp_path: Path) -> None:
-    """Six hours straddling 2 h block boundaries, DCGM and gpuwatch_* series, two workers."""
-    fleet = build_demo_fleet(seed=3, end=datetime(2026, 11, 20, 1, tzinfo=UTC), days=0.25, step_seconds=300)
+    """Six hours straddling 2 h block boundaries, DCGM and gpuwatch_* series with their hourly roll-ups and
+    the day's daily one (23:30), two workers."""
+    fleet = build_demo_fleet(seed=3, end=datetime(2026, 11, 19, 23, tzinfo=UTC), days=0.25, step_seconds=300)
     one_file = tmp_path / "all.om"
     with one_file.open("w", encoding="utf-8") as out:
         written = write_fleet_backfill(fleet, out, metrics=UTIL)
     create_blocks(one_file, tmp_path / "one")
     done = write_tsdb(fleet, tmp_path / "blocks", metrics=UTIL, workers=2)
     assert done.samples == written
-    assert done.blocks == 4  # 23:00-01:00 -> blocks 18-20, 20-22, 22-24, 00-02 (epoch-aligned 2 h)
+    assert done.blocks == 4  # 17:00-23:00 -> blocks 16-18, 18-20, 20-22, 22-24 (epoch-aligned 2 h)
     assert sum(1 for p in (tmp_path / "blocks").iterdir() if (p / "meta.json").is_file()) == 4
     expected = _dump(tmp_path / "one")
     assert len(expected) == written
     assert _dump(tmp_path / "blocks") == expected
     names = _names(expected)
     assert {"DCGM_FI_DEV_GPU_UTIL", "gpuwatch_pod_gpu_allocation", "gpuwatch_node_gpus"} <= names
+    assert {
+        "hour:gpuwatch_pod_gpu_allocation:sum_over_time",
+        "day:gpuwatch_pod_gpu_allocation:sum_over_time",
+    } <= names
 
 
 def test_cli_writes_the_gpuwatch_history_alone(tmp_path: Path) -> None:

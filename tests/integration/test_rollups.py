@@ -63,7 +63,7 @@ def servers(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> 
     root = tmp_path_factory.mktemp("rollups")
     keeps: dict[str, Keep] = {
         "complete": lambda line: True,
-        "raw": lambda line: not line.startswith("hour:"),
+        "raw": lambda line: not line.startswith(("hour:", "day:")),
         "holed": lambda line: not _in_hole(line),
     }
     started: list[PrometheusServer] = []
@@ -76,7 +76,7 @@ def servers(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> 
             server.stop()
 
 
-def _pieces(url: str, *, piece_seconds: int) -> list[tuple[float, bool]]:
+def _pieces(url: str, *, piece_seconds: int) -> list[tuple[float, str]]:
     source = PrometheusSource.from_settings(PrometheusSettings(url=url))
     try:
         pieces = history_pieces(source, WINDOW, piece_seconds=piece_seconds)
@@ -120,11 +120,11 @@ def _same(got: Report, expected: Report) -> None:
 
 def test_whole_hours_come_from_rollups_and_the_ends_raw(servers: dict[str, str]) -> None:
     assert _pieces(servers["complete"], piece_seconds=86_400) == [
-        (43 * 60, False),
-        (18 * 3600, True),
-        (44 * 60, False),
+        (43 * 60, ""),
+        (18 * 3600, "hour"),
+        (44 * 60, ""),
     ]
-    assert _pieces(servers["raw"], piece_seconds=86_400) == [(WINDOW.duration_seconds, False)]
+    assert _pieces(servers["raw"], piece_seconds=86_400) == [(WINDOW.duration_seconds, "")]
 
 
 def test_a_report_from_rollups_equals_the_raw_read(servers: dict[str, str]) -> None:
@@ -138,11 +138,11 @@ def test_hours_without_rollups_are_read_raw(servers: dict[str, str]) -> None:
     six_hours = 6 * 3600
     # The first 6 h roll-up piece lost its roll-ups in HOLE: it alone is read raw.
     assert _pieces(servers["holed"], piece_seconds=six_hours) == [
-        (43 * 60, False),
-        (six_hours, False),
-        (six_hours, True),
-        (six_hours, True),
-        (44 * 60, False),
+        (43 * 60, ""),
+        (six_hours, ""),
+        (six_hours, "hour"),
+        (six_hours, "hour"),
+        (44 * 60, ""),
     ]
     _same(_report(servers["holed"], piece_seconds=six_hours), _report(servers["raw"]))
 

@@ -15,7 +15,7 @@ from gpuwatch.history import assemble, merge_covered, wants_history
 from gpuwatch.model import PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render
 from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import HistorySums, window_pieces
+from gpuwatch.sources.prometheus import HistorySums, day_span, window_pieces
 
 POD = ("namespace", "pod", "team", "node", "pool")
 LABELS = {
@@ -298,26 +298,76 @@ def test_window_pieces() -> None:
 
 
 def test_covered_rollup_pieces_are_read_as_one() -> None:
-    """Six pieces: raw head, four roll-up days, raw tail. Days 1-2 are covered alike (288 samples of 300 s);
-    day 3 lacks half its samples and day 4 has none: they stay apart, as do the raw ends."""
+    """Seven pieces: raw head, a day of hourly roll-ups, four daily roll-ups, raw tail. Days 2-3 are covered
+    alike (288 samples of 300 s) and read as one; the hourly day, covered as well, is another level's
+    query and stays apart; day 4 lacks half its samples and day 5 has none: they stay apart, as do the
+    raw ends."""
     day = 86_400.0
     pieces = pd.DataFrame(
         {
-            "piece": range(6),
-            "end": pd.to_datetime([f"2026-11-{d:02d}T00:00Z" for d in range(14, 20)]),
-            "seconds": [1_800.0, day, day, day, day, 900.0],
-            "grid_seconds": [300, 60, 60, 60, 60, 300],
-            "rollup": [False, True, True, True, True, False],
-            "resolution_seconds": [300, 300, 300, 300, 300, 300],
-            "samples": [6.0, 288.0, 288.0, 144.0, 0.0, 3.0],
+            "piece": range(7),
+            "end": pd.to_datetime([f"2026-11-{d:02d}T00:00Z" for d in range(14, 21)]),
+            "seconds": [1_800.0, day, day, day, day, day, 900.0],
+            "grid_seconds": [300, 60, 60, 60, 60, 60, 300],
+            "rollup": ["", "hour", "day", "day", "day", "day", ""],
+            "resolution_seconds": [300, 300, 300, 300, 300, 300, 300],
+            "samples": [6.0, 288.0, 288.0, 288.0, 144.0, 0.0, 3.0],
         }
     )
     merged = merge_covered(pieces, covered_ratio=0.99)
-    assert merged["piece"].tolist() == [0, 1, 2, 3, 4]
-    assert merged["seconds"].tolist() == [1_800.0, 2 * day, day, day, 900.0]
-    assert merged["samples"].tolist() == [6.0, 576.0, 144.0, 0.0, 3.0]
-    assert merged["end"].tolist()[1] == pd.Timestamp("2026-11-16T00:00Z")
+    assert merged["piece"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert merged["rollup"].tolist() == ["", "hour", "day", "day", "day", ""]
+    assert merged["seconds"].tolist() == [1_800.0, day, 2 * day, day, day, 900.0]
+    assert merged["samples"].tolist() == [6.0, 288.0, 576.0, 144.0, 0.0, 3.0]
+    assert merged["end"].tolist()[2] == pd.Timestamp("2026-11-17T00:00Z")
     assert merged.dtypes.to_dict() == pieces.dtypes.to_dict()
+
+
+def _utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "evaluated", "expected"),
+    [
+        # Hours on :00, days at 23:30 (the simulated backfill): days end at 23:00.
+        (
+            "2026-11-16T15:00",
+            "2026-11-19T21:00",
+            "2026-11-18T23:30",
+            ("2026-11-16T23:00", "2026-11-18T23:00"),
+        ),
+        # Prometheus phases each group by a hash of its name: hours at :17, days at 07:13, so a day sums the
+        # hours evaluated up to 06:43, the last of them at 06:17.
+        (
+            "2026-11-10T00:17",
+            "2026-11-19T23:17",
+            "2026-11-19T07:13",
+            ("2026-11-10T06:17", "2026-11-19T06:17"),
+        ),
+        # The day evaluated 30 min after an hour sums it (the lag leaves it in).
+        (
+            "2026-11-10T00:00",
+            "2026-11-19T23:00",
+            "2026-11-19T05:30",
+            ("2026-11-10T05:00", "2026-11-19T05:00"),
+        ),
+        # Days evaluated after the hourly roll-ups stopped: only those whose hours all came before.
+        (
+            "2026-11-10T00:00",
+            "2026-11-15T00:00",
+            "2026-11-19T23:30",
+            ("2026-11-10T23:00", "2026-11-14T23:00"),
+        ),
+        # Not one whole day among the hours.
+        ("2026-11-19T01:00", "2026-11-19T23:00", "2026-11-19T23:30", None),
+    ],
+)
+def test_the_days_a_window_reads_from_the_daily_rollups(
+    first: str, last: str, evaluated: str, expected: tuple[str, str] | None
+) -> None:
+    span = day_span(_utc(first), _utc(last), _utc(evaluated))
+    assert span == (None if expected is None else (_utc(expected[0]), _utc(expected[1])))
 
 
 @pytest.mark.parametrize(

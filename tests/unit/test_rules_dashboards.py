@@ -154,6 +154,7 @@ def test_recording_rule_is_named_level_metric_operations(rule: dict[str, Any]) -
         "node",
         "node_gpu",
         "hour",
+        "day",
     }
 
 
@@ -270,3 +271,13 @@ def test_the_hourly_rollups_are_the_grid_reads_the_history_path_makes() -> None:
     assert group["interval"] == "1h"
     written = [{"record": r["record"], "expr": r["expr"].rstrip("\n")} for r in group["rules"]]
     assert written == promql.rollup_rules()
+
+
+def test_the_daily_rollups_sum_the_hourly_ones_the_history_path_reads_days_from() -> None:
+    groups = yaml.safe_load((ALERTS / "gpuwatch-recording.rules.yml").read_text(encoding="utf-8"))["groups"]
+    (group,) = [g for g in groups if g["name"] == "gpuwatch.rollup.daily"]
+    assert group["interval"] == "1d"
+    written = [{"record": r["record"], "expr": r["expr"].rstrip("\n")} for r in group["rules"]]
+    assert written == promql.day_rollup_rules()
+    hourly = {r["record"] for r in promql.rollup_rules()}
+    assert {r["record"].replace("day:", "hour:", 1) for r in written} == hourly

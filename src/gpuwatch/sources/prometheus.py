@@ -694,20 +694,22 @@ def window_pieces(window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS)
 
 
 DEFAULT_HISTORY_RESOLUTION_SECONDS: Final = 60
-# A piece to read: piece, end, seconds; grid_seconds, the grid it is read on; rollup, whether from the
-# hourly roll-ups (promql.ROLLUPS); resolution_seconds, the longest a grid sample stands for (the
-# exporter's interval, at least the grid); samples, its grid points with an exporter cycle (0: none).
-Build = Callable[[float, int, bool], str]  # (range seconds, grid seconds, rollup) -> query
+# A piece to read: piece, end, seconds; grid_seconds, the grid it is read on; rollup, the roll-ups it is
+# read from ("hour" or "day", promql.ROLLUPS; "" raw); resolution_seconds, the longest a grid sample stands
+# for (the exporter's interval, at least the grid); samples, its grid points with an exporter cycle (0: none).
+Build = Callable[[float, int, str], str]  # (range seconds, grid seconds, rollup) -> query
+RAW: Final = ""
 
 
 def history_pieces(
     source: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
 ) -> pd.DataFrame:
     """The window's pieces for long sums: the whole hours between its ends from the hourly roll-ups, in
-    pieces of `piece_seconds` (a multiple of an hour), and the part-hours at either end raw, on the
-    exporter's grid (all raw where there are no roll-ups). A roll-up piece that counts fewer exporter
-    cycles than the raw series hold (the rules missed hours; one late scrape per hour is let pass) is
-    read raw instead. A piece is never shorter than the exporter's interval: one the exporter had no
+    pieces of `piece_seconds` (a multiple of an hour), the whole days among them from the daily roll-ups
+    (when `piece_seconds` is a multiple of a day), and the part-hours at either end raw, on the exporter's
+    grid (all raw where there are no roll-ups). A roll-up piece that counts fewer exporter cycles than the
+    raw series hold (the rules missed an evaluation) is read from the level below instead: a day from its
+    hours, an hour raw. A piece is never shorter than the exporter's interval: one the exporter had no
     cycle in is no gap in its history."""
     probed = max(piece_seconds, promql.INTERVAL_PROBE_SECONDS)  # a piece's count says its interval or less
     resolution = _exporter_resolution(source, window_pieces(window, piece_seconds=probed))
@@ -715,16 +717,23 @@ def history_pieces(
     plain = window_pieces(window, piece_seconds=piece_seconds)
     pieces = _rollup_pieces(source, window, piece_seconds, resolution)
     if pieces is None:
-        grid = plain.assign(grid_seconds=resolution, rollup=False, resolution_seconds=resolution)
+        grid = plain.assign(grid_seconds=resolution, rollup=RAW, resolution_seconds=resolution)
         return grid.assign(samples=_samples(source, grid))
-    rolled = pieces["rollup"].to_numpy()
     samples = _samples(source, pieces).copy()
+    rolled = (pieces["rollup"] != RAW).to_numpy()
     raw = samples.copy()
-    raw[rolled] = _samples(source, pieces[rolled].assign(rollup=False))
+    raw[rolled] = _samples(source, pieces[rolled].assign(rollup=RAW))
+    # A scrape still in flight at an evaluation is left out of its roll-up: one per hour is let pass, but
+    # never half an hour's cycles, so that an hour the rules missed is found whatever the interval.
     hours = pieces["seconds"].to_numpy() / promql.ROLLUP_SECONDS
-    missed = rolled & (samples < raw - np.maximum(hours, 0.0))
-    if missed.any():
-        pieces.loc[missed, ["rollup", "grid_seconds", "resolution_seconds"]] = [False, resolution, resolution]
+    late = np.minimum(hours, 0.5 * promql.ROLLUP_SECONDS / resolution)
+    for level, below in (("day", "hour"), ("hour", RAW)):
+        missed = (pieces["rollup"] == level).to_numpy() & (samples < raw - late)
+        if not missed.any():
+            continue
+        pieces.loc[missed, "rollup"] = below
+        if below == RAW:
+            pieces.loc[missed, ["grid_seconds", "resolution_seconds"]] = [resolution, resolution]
         samples[missed] = _samples(source, pieces[missed])
     return pieces.assign(samples=samples)
 
@@ -732,7 +741,7 @@ def history_pieces(
 def _exporter_resolution(source: PrometheusSource, pieces: pd.DataFrame) -> int:
     """The history grid: the exporter's scrape interval rounded down (a grid no coarser holds at most
     one sample per interval); DEFAULT_HISTORY_RESOLUTION_SECONDS where nothing was published."""
-    grid = pieces.assign(grid_seconds=1, rollup=False)
+    grid = pieces.assign(grid_seconds=1, rollup=RAW)
     cycles = _read_pieces(source, lambda s, g, r: promql.exporter_interval_query(range_seconds=s), grid, ())
     seconds = cycles["piece"].map(pieces.set_index("piece")["seconds"]).to_numpy(dtype=np.float64)
     probes = np.minimum(seconds, promql.INTERVAL_PROBE_SECONDS)
@@ -744,7 +753,7 @@ def _exporter_resolution(source: PrometheusSource, pieces: pd.DataFrame) -> int:
 def _samples(source: PrometheusSource, pieces: pd.DataFrame) -> "npt.NDArray[np.float64]":
     """Per piece, the grid points at which some exporter cycle was published (0: none)."""
 
-    def build(seconds: float, grid: int, rollup: bool) -> str:
+    def build(seconds: float, grid: int, rollup: str) -> str:
         return promql.exporter_samples_query(range_seconds=seconds, resolution_seconds=grid, rollup=rollup)
 
     counts = _read_pieces(source, build, pieces, ())
@@ -755,41 +764,85 @@ def _samples(source: PrometheusSource, pieces: pd.DataFrame) -> "npt.NDArray[np.
 def _rollup_pieces(
     source: PrometheusSource, window: Window, piece_seconds: int, resolution: int
 ) -> pd.DataFrame | None:
-    """Pieces with the roll-ups' whole hours in the middle (samples not yet counted); None when there are
-    no roll-ups to read (none evaluated in the window's last two hours, or no whole hour in it)."""
-    hour = promql.ROLLUP_SECONDS
-    if piece_seconds % hour:
+    """Pieces with the roll-ups' whole hours in the middle, their whole days from the daily roll-ups
+    (samples not yet counted); None when there are no roll-ups to read (none evaluated in the window's
+    last two hours, or no whole hour in it)."""
+    hour = timedelta(seconds=promql.ROLLUP_SECONDS)
+    if piece_seconds % promql.ROLLUP_SECONDS:
         return None
-    marker = source.query(promql.rollup_marker_query(), at=window.end)
-    if not len(marker):
+    last = _last_evaluation(source, window, "hour")
+    if last is None:
         return None
-    last = datetime.fromtimestamp(round(float(marker["value"].max()), 3), UTC)
-    whole = int((last - window.start).total_seconds() // hour)
+    whole = int((last - window.start) / hour)
     if whole < 1:
         return None
-    first = last - timedelta(seconds=whole * hour)
-    spans: list[tuple[datetime, float, bool]] = []
+    first = last - whole * hour
+    days = _day_span(source, window, first, last) if piece_seconds % promql.DAY_SECONDS == 0 else None
+    spans: list[tuple[datetime, float, str]] = []
     if (first - window.start).total_seconds() > promql.MIN_RANGE_SECONDS:
-        spans.append((first, (first - window.start).total_seconds(), False))
-    t = first
-    while t < last:
-        end = min(last, t + timedelta(seconds=piece_seconds))
-        spans.append((end, (end - t).total_seconds(), True))
-        t = end
+        spans.append((first, (first - window.start).total_seconds(), RAW))
+    if days is None:
+        spans += _spans(first, last, piece_seconds, "hour")
+    else:
+        spans += _spans(first, days[0], piece_seconds, "hour")
+        spans += _spans(days[0], days[1], promql.DAY_SECONDS, "day")
+        spans += _spans(days[1], last, piece_seconds, "hour")
     if (window.end - last).total_seconds() > promql.MIN_RANGE_SECONDS:
-        spans.append((window.end, (window.end - last).total_seconds(), False))
+        spans.append((window.end, (window.end - last).total_seconds(), RAW))
     ends, seconds, rollup = zip(*spans, strict=True)
-    rolled = np.asarray(rollup, dtype=bool)
+    rolled = np.asarray(rollup) != RAW
     return pd.DataFrame(
         {
             "piece": np.arange(len(spans), dtype=np.int64),
             "end": pd.to_datetime(list(ends), utc=True),
             "seconds": np.asarray(seconds, dtype=np.float64),
             "grid_seconds": np.where(rolled, promql.ROLLUP_GRID_SECONDS, resolution),
-            "rollup": rolled,
+            "rollup": np.asarray(rollup, dtype=object),
             "resolution_seconds": np.where(rolled, max(promql.ROLLUP_GRID_SECONDS, resolution), resolution),
         }
     )
+
+
+def _last_evaluation(source: PrometheusSource, window: Window, level: str) -> datetime | None:
+    """When the level's roll-ups were last evaluated by the window's end (None: not lately)."""
+    marker = source.query(promql.rollup_marker_query(level), at=window.end)
+    if not len(marker):
+        return None
+    return datetime.fromtimestamp(round(float(marker["value"].max()), 3), UTC)
+
+
+def _day_span(
+    source: PrometheusSource, window: Window, first: datetime, last: datetime
+) -> tuple[datetime, datetime] | None:
+    """day_span() of the daily roll-ups' latest evaluation by the window's end (None: none lately)."""
+    evaluated = _last_evaluation(source, window, "day")
+    return None if evaluated is None else day_span(first, last, evaluated)
+
+
+def day_span(first: datetime, last: datetime, evaluated: datetime) -> tuple[datetime, datetime] | None:
+    """The run of whole days the daily roll-ups hold within the roll-up hours (first, last], the hourly
+    roll-ups evaluated at `last` and every hour before it, the daily ones at `evaluated` and every day
+    before it: a day evaluated at D sums the hours evaluated in (D − lag − 1 d, D − lag], so its hours end
+    at the last hourly evaluation at or before D − lag. None when not one whole day fits."""
+    hour = timedelta(seconds=promql.ROLLUP_SECONDS)
+    day = timedelta(seconds=promql.DAY_SECONDS)
+    covered = evaluated - timedelta(seconds=promql.DAY_ROLLUP_LAG_SECONDS)
+    end = last + math.floor((covered - last) / hour) * hour
+    if end > last:  # the days evaluated after the hours stopped hold none of them
+        end -= math.ceil((end - last) / day) * day
+    count = int((end - first) / day)
+    return (end - count * day, end) if count >= 1 else None
+
+
+def _spans(a: datetime, b: datetime, seconds: int, rollup: str) -> list[tuple[datetime, float, str]]:
+    """(a, b] cut into pieces of `seconds` from a (the last shorter): (end, length, rollup) each."""
+    spans = []
+    t = a
+    while t < b:
+        end = min(b, t + timedelta(seconds=seconds))
+        spans.append((end, (end - t).total_seconds(), rollup))
+        t = end
+    return spans
 
 
 def history_sums(
@@ -931,7 +984,7 @@ def _family(
 ) -> pd.DataFrame:
     """A history builder of promql (range_seconds, resolution_seconds, rollup) read over the pieces."""
 
-    def build(seconds: float, grid: int, rollup: bool) -> str:
+    def build(seconds: float, grid: int, rollup: str) -> str:
         return str(query(range_seconds=seconds, resolution_seconds=grid, rollup=rollup, **kwargs))
 
     return _read_pieces(source, build, pieces, labels)
@@ -950,12 +1003,13 @@ def _read_pieces(
         if not run:
             return
         first = pieces.iloc[run[0]]
-        seconds, grid, rollup = float(first["seconds"]), int(first["grid_seconds"]), bool(first["rollup"])
+        seconds, grid, rollup = float(first["seconds"]), int(first["grid_seconds"]), str(first["rollup"])
         query = build(seconds, grid, rollup)
         ids = pieces["piece"].to_numpy()[run]
-        # Roll-ups are read half an hour after the piece's last one: no sample sits on a range's edge,
-        # which Prometheus 2 takes in and VictoriaMetrics leaves out.
-        at = first["end"] + pd.Timedelta(seconds=promql.ROLLUP_SECONDS / 2 if rollup else 0)
+        # Roll-ups are read half their period after the piece's end: no sample sits on a range's edge,
+        # which Prometheus 2 takes in and VictoriaMetrics leaves out (an hour's sample sits at its end; a
+        # day's, evaluated at a phase of its own, less than half a day after the end of its hours).
+        at = first["end"] + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[rollup] / 2 if rollup else 0)
         if len(run) == 1:
             parts.append(source.query(query, at=at.to_pydatetime()).assign(piece=ids[0]))
         else:

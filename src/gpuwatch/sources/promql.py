@@ -282,13 +282,13 @@ def _on_grid(
     seconds: float,
     resolution: int,
     matchers: Sequence[Matcher] = (),
-    rollup: bool = False,
+    rollup: str = "",
 ) -> str:
     """function over a subquery: one copy of the metric per grid interval (its average, or its last sample
-    for last_over_time), `seconds` back. rollup=True reads the same from the hourly roll-ups instead
-    (rollup_name): the range must then span whole roll-up hours, ending at a roll-up evaluation."""
+    for last_over_time), `seconds` back. rollup="hour" or "day" reads the same from that level's roll-ups
+    instead (rollup_name): the range must then span whole roll-up periods and hold their evaluations."""
     if rollup:
-        rolled = selector(rollup_name(metric, function), matchers)
+        rolled = selector(rollup_name(metric, function, rollup), matchers)
         return f"{_ROLLUP_OUTER[function]}({rolled}[{range_duration(seconds - _MS)}])"
     if resolution < 1:
         raise ConfigError(f"the history resolution must be at least 1s, got {resolution}s")
@@ -305,7 +305,7 @@ def _on_grid(
 
 
 def _summed(
-    labels: Sequence[str], metric: str, function: str, seconds: float, resolution: int, rollup: bool
+    labels: Sequence[str], metric: str, function: str, seconds: float, resolution: int, rollup: str
 ) -> str:
     body = _on_grid(function, metric, seconds, resolution, rollup=rollup)
     if tuple(labels) == FAMILY_LABELS[metric]:
@@ -324,6 +324,13 @@ def _summed(
 ROLLUP_SECONDS: Final = 3600
 ROLLUP_GRID_SECONDS: Final = 60
 ROLLUP_MARKER: Final = "hour:gpuwatch_rollup_evaluation:timestamp_seconds"  # vector(time()) each hour
+# Daily roll-ups (rule group gpuwatch.rollup.daily) sum 24 hourly ones: a month of pods is 30 samples per
+# series, not 720. Prometheus evaluates a group at a phase of its own, so a reader finds the hours a day
+# covers from its evaluation time (DAY_ROLLUP_MARKER) and the hourly phase.
+DAY_SECONDS: Final = 86_400
+DAY_ROLLUP_LAG_SECONDS: Final = 1800
+DAY_ROLLUP_MARKER: Final = "day:gpuwatch_rollup_evaluation:timestamp_seconds"
+ROLLUP_LEVEL_SECONDS: Final = {"hour": ROLLUP_SECONDS, "day": DAY_SECONDS}
 _ROLLUP_OUTER: Final = {
     "sum_over_time": "sum_over_time",
     "count_over_time": "sum_over_time",
@@ -354,9 +361,11 @@ ROLLUPS: Final = (
 )
 
 
-def rollup_name(metric: str, function: str) -> str:
-    """The hourly roll-up of a family's grid function: hour:<metric>:<function>."""
-    return f"hour:{metric}:{function}"
+def rollup_name(metric: str, function: str, level: str = "hour") -> str:
+    """A roll-up of a family's grid function: hour:<metric>:<function> or day:<metric>:<function>."""
+    if level not in ROLLUP_LEVEL_SECONDS:
+        raise ConfigError(f"a roll-up level is one of {', '.join(ROLLUP_LEVEL_SECONDS)}, got {level!r}")
+    return f"{level}:{metric}:{function}"
 
 
 def rollup_rules() -> list[dict[str, str]]:
@@ -368,12 +377,34 @@ def rollup_rules() -> list[dict[str, str]]:
     return rules
 
 
-def rollup_marker_query() -> str:
-    """The time of the latest roll-up evaluation (instant query; absent without roll-ups).
+def day_rollup_rules() -> list[dict[str, str]]:
+    """The recording rules of the daily roll-ups (evaluated every day): each the sum (or last) of its
+    hourly roll-up over the 24 hours that end DAY_ROLLUP_LAG_SECONDS before the evaluation, so the hour
+    evaluated at the same moment, if any, has been written.
 
-    last_over_time(hour:gpuwatch_rollup_evaluation:timestamp_seconds[7200s])
+    The rule of hour:gpuwatch_pod_gpu_allocation:sum_over_time is::
+
+        sum_over_time(hour:gpuwatch_pod_gpu_allocation:sum_over_time[86399999ms] offset 1800s)
     """
-    return f"last_over_time({ROLLUP_MARKER}[{2 * ROLLUP_SECONDS}s])"
+    rules = [{"record": DAY_ROLLUP_MARKER, "expr": "vector(time())"}]
+    lag = f"offset {DAY_ROLLUP_LAG_SECONDS}s"
+    for metric, function in ROLLUPS:
+        hourly = rollup_name(metric, function)
+        expr = f"{_ROLLUP_OUTER[function]}({hourly}[{range_duration(DAY_SECONDS - _MS)}] {lag})"
+        rules.append({"record": rollup_name(metric, function, "day"), "expr": expr})
+    return rules
+
+
+def rollup_marker_query(level: str = "hour") -> str:
+    """The time of the latest evaluation of a level's roll-ups (instant query; absent without them).
+
+    rollup_marker_query() is::
+
+        last_over_time(hour:gpuwatch_rollup_evaluation:timestamp_seconds[7200s])
+    """
+    seconds = ROLLUP_LEVEL_SECONDS[level]
+    marker = ROLLUP_MARKER if level == "hour" else DAY_ROLLUP_MARKER
+    return f"last_over_time({marker}[{2 * seconds}s])"
 
 
 def _one_of_metrics(metric: str, allowed: Sequence[str]) -> str:
@@ -404,7 +435,7 @@ def probe_seconds(range_seconds: float) -> float:
     return min(float(INTERVAL_PROBE_SECONDS), range_seconds)
 
 
-def exporter_samples_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
+def exporter_samples_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
     """Grid points of the range at which some exporter cycle was published (every cycle publishes
     gpuwatch_build_info), whatever number of publishers.
 
@@ -417,7 +448,7 @@ def exporter_samples_query(*, range_seconds: float, resolution_seconds: int, rol
     )
 
 
-def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
+def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
     """GE per pool and ledger state, summed over the grid points of the range.
 
     pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -428,7 +459,7 @@ def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, 
     return _summed(("pool", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
-def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
+def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
     """GE each team held per allocated state (unknown, idle, active), summed over the grid points.
 
     team_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -439,7 +470,7 @@ def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, 
     return _summed(("team", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
-def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
+def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
     """Busy GE (utilization × GE share) per team, summed over the grid points of the range.
 
     team_used_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -451,7 +482,7 @@ def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, r
 
 
 def team_cost_sum_query(
-    *, range_seconds: float, resolution_seconds: int, idle: bool = False, rollup: bool = False
+    *, range_seconds: float, resolution_seconds: int, idle: bool = False, rollup: str = ""
 ) -> str:
     """A team's spend rate (USD/h), allocated or idle-allocated, summed over the grid points.
 
@@ -474,7 +505,7 @@ def team_cost_sum_query(
 
 
 def pod_gpus_sum_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: bool = False
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = ""
 ) -> str:
     """GE per pod (allocated, idle-allocated, busy or unknown), summed over the grid points of the range.
 
@@ -505,7 +536,7 @@ def team_pool_gpus_sum_query(
     range_seconds: float,
     resolution_seconds: int,
     teams: Sequence[str] = (),
-    rollup: bool = False,
+    rollup: str = "",
 ) -> str:
     """GE of pods (allocated, idle-allocated, busy or unknown) per team and pool, summed over the grid
     points of the range: what a view scoped to teams or pools draws (only `teams`' pods when given).
@@ -535,7 +566,7 @@ def team_pool_gpus_sum_query(
 
 
 def pod_gpus_last_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: bool = False
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = ""
 ) -> str:
     """GE per pod (allocated or idle-allocated) at its last grid point in the range with a sample, one
     copy per series: after a failover the surviving replica's last word counts, not the dead one's.
@@ -562,7 +593,7 @@ def pod_gpus_last_query(
     return _by("sum", POD_HISTORY_LABELS, body)
 
 
-def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int, rollup: bool = False) -> str:
+def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
     """Since when each pod was idle, at the last grid point in the range that said so.
 
     pod_idle_since_last_query(range_seconds=86400, resolution_seconds=60) is::
@@ -582,7 +613,7 @@ def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int, 
 
 
 def pool_sum_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, count: bool = False, rollup: bool = False
+    metric: str, *, range_seconds: float, resolution_seconds: int, count: bool = False, rollup: str = ""
 ) -> str:
     """A per-pool ratio, price or GE summed (or, count=True, counted) over the grid points of the range:
     its time average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
@@ -609,9 +640,7 @@ def pool_sum_query(
     return _summed(("pool",), metric, function, range_seconds, resolution_seconds, rollup)
 
 
-def node_sum_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: bool = False
-) -> str:
+def node_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
     """GPU units per node (capacity, or with DCGM telemetry) summed over the grid points of the range.
 
     The same for gpuwatch_node_gpus_reporting;
