@@ -91,12 +91,16 @@ def read_history(
 
 
 def read_sums(
-    prometheus: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
+    prometheus: PrometheusSource,
+    window: Window,
+    *,
+    piece_seconds: int = HISTORY_PIECE_SECONDS,
+    pods: bool = True,
 ) -> HistorySums:
     """history_sums() of the window; where Prometheus holds no gpuwatch_* samples its pieces count none
     (a window wholly without history reads as one gap, never as zeros)."""
     pieces = merge_covered(history_pieces(prometheus, window, piece_seconds=piece_seconds))
-    return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces)
+    return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces, pods=pods)
 
 
 def merge_covered(pieces: pd.DataFrame, *, covered_ratio: float = PARTIAL_PIECE_RATIO) -> pd.DataFrame:
@@ -203,8 +207,11 @@ def assemble(
     prices = _published_prices(sums, hours)
 
     def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
+        """Each row's pool price: looked up once per pool, not per row (a month holds ~50,000 pods)."""
         book = settings.pricing.usd_per_gpu_hour
-        return np.array([prices.get(p, book(p)) for p in pools.astype("str")], dtype=np.float64)
+        codes, unique = pd.factorize(pools.astype("str"))
+        usd = np.array([prices.get(p, book(p)) for p in unique], dtype=np.float64)
+        return usd[codes] if len(codes) else np.zeros(0, dtype=np.float64)
 
     pool_hours = _pool_ledger(sums, hours)
     usd = price_of(pool_hours["pool"])

@@ -25,7 +25,7 @@ from gpuwatch.ui import create_app, ids
 from gpuwatch.ui.filters import format_time
 from gpuwatch.views.base import STATE_COLUMNS, FleetView, Scope
 from gpuwatch.views.raw import RawView
-from gpuwatch.views.reader import open_view
+from gpuwatch.views.reader import open_view, trend_report
 from gpuwatch.views.recorded import RecordedView
 from tests.integration.browser import browser_page, screenshot, settle
 from tests.integration.prom import Backend, BackfilledPrometheus, PrometheusFactory
@@ -200,9 +200,34 @@ def test_a_costly_window_without_any_history_shows_the_gap_not_a_raw_recompute(
     ]
     timeline = view.ledger_timeline()
     assert len(timeline) > 0 and timeline[STATE_COLUMNS].isna().all().all()
-    changes = recorded.team_changes(view)
+    changes = recorded.team_changes(view.report)
     assert len(changes) == len(recorded.report["teams"]) > 0
     assert changes[["allocated_gpu_hours_change_ratio", "efficiency_change_ratio"]].isna().all().all()
+
+
+@pytest.mark.parametrize("teams", [(), ("genai",)])
+def test_a_trend_reads_the_teams_and_coverage_of_the_whole_report_without_per_pod_series(
+    fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str, teams: tuple[str, ...]
+) -> None:
+    """The Teams page's previous period on the recorded path reads no per-pod family, yet its teams and
+    coverage are the whole report's, under a team filter too."""
+    service = _service(prom, kubeconfig, 0)
+    scope = Scope(teams=teams)
+    whole = open_view(service, fleet.window, computed_at=NOW).scoped(scope).report
+    source = service.sources.recorded()
+    assert source is not None
+    sent: list[str] = []
+    query, points = source.query, source.range_points
+    source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]
+    source.range_points = lambda q, **kw: sent.append(q) or points(q, **kw)  # type: ignore[method-assign]
+    trend = trend_report(service, fleet.window, scope, computed_at=NOW)
+    assert sent and not [q for q in sent if "gpuwatch_pod_" in q]
+    assert trend["coverage"] == whole["coverage"]
+    assert len(whole["teams"]) == (1 if teams else len({t["team"] for t in whole["teams"]})) > 0
+    for got, expected in zip(trend["teams"], whole["teams"], strict=True):
+        assert got["team"] == expected["team"]
+        for key in ("allocated_gpu_hours", "used_gpu_hours", "efficiency", "cost_usd", "waste_usd"):
+            assert got[key] == pytest.approx(expected[key], rel=1e-9), (got["team"], key)
 
 
 FILLED = "id => (document.getElementById(id)?.innerText || '').includes('resolution')"

@@ -180,7 +180,11 @@ def test_team_changes_compare_with_the_window_before() -> None:
     assert view is not None
     previous = store.previous(view)
     assert previous is not None
-    assert previous.window == Window(start=START, end=START + timedelta(hours=2), step_seconds=60)
+    assert previous["window"] == {
+        "start": "2026-11-19T00:00:00Z",
+        "end": "2026-11-19T02:00:00Z",
+        "step_seconds": 60,
+    }
     now = {t["team"]: t for t in view.report["teams"]}
     assert now["alpha"]["allocated_gpu_hours"] == pytest.approx(3.0)
     assert now["alpha"]["efficiency"] == pytest.approx(0.6)
@@ -193,7 +197,7 @@ def test_team_changes_compare_with_the_window_before() -> None:
     beta = store.load(Filters(window=CUSTOM, start=end - timedelta(hours=2), end=end, teams=("beta",))).view
     assert beta is not None
     before = store.previous(beta)
-    assert before is not None and before.report["teams"] == []
+    assert before is not None and before["teams"] == []
     assert beta.team_changes(before)["team"].tolist() == ["beta"]
     assert beta.team_changes(before).drop(columns="team").isna().all(axis=None)
 
@@ -210,7 +214,7 @@ def test_no_trend_against_a_window_before_the_data_began() -> None:
     assert view is not None
     previous = store.previous(view)
     assert previous is not None
-    assert [t["allocated_gpu_hours"] for t in previous.report["teams"]] == [pytest.approx(1.0)]
+    assert [t["allocated_gpu_hours"] for t in previous["teams"]] == [pytest.approx(1.0)]
     changes = view.team_changes(previous)
     assert changes["team"].tolist() == ["alpha"]
     assert changes.drop(columns="team").isna().all(axis=None)

@@ -851,10 +851,12 @@ def history_sums(
     *,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
     pieces: pd.DataFrame | None = None,
+    pods: bool = True,
 ) -> HistorySums:
     """Every gpuwatch_* sum, count and last value the history report needs, piece by piece (server-side
     aggregation: per pod at most, never per GPU; history_pieces() says which pieces come from the hourly
-    roll-ups), and the latest published pending pods and capacity."""
+    roll-ups), and the latest published pending pods and capacity. pods=False leaves the per-pod
+    families empty (a team trend needs only the team, pool and node ones)."""
 
     if pieces is None:
         pieces = history_pieces(source, window, piece_seconds=piece_seconds)
@@ -863,6 +865,13 @@ def history_sums(
 
     def each(query: Callable[..., str], labels: Sequence[str], **kwargs: bool) -> "Future[pd.DataFrame]":
         return pool.submit(_family, source, pieces, query, labels, **kwargs)
+
+    def per_pod(query: Callable[..., str]) -> "Future[pd.DataFrame]":
+        if pods:
+            return each(query, _POD)
+        unread: Future[pd.DataFrame] = Future()
+        unread.set_result(_labelled(pd.DataFrame(), _POD))
+        return unread
 
     def now(query: str, labels: Sequence[str]) -> "Future[pd.DataFrame]":
         return pool.submit(
@@ -881,13 +890,13 @@ def history_sums(
             team_used=each(promql.team_used_gpus_sum_query, ("team",)),
             team_cost=each(promql.team_cost_sum_query, ("team",)),
             team_idle_cost=each(promql.team_cost_sum_query, ("team",), idle=True),
-            pod_allocated=each(allocation, _POD),
-            pod_idle=each(idle, _POD),
-            pod_used=each(used, _POD),
-            pod_unknown=each(unknown, _POD),
-            pod_last_allocated=each(last_allocation, _POD),
-            pod_last_idle=each(last_idle, _POD),
-            pod_idle_since=each(promql.pod_idle_since_last_query, _POD),
+            pod_allocated=per_pod(allocation),
+            pod_idle=per_pod(idle),
+            pod_used=per_pod(used),
+            pod_unknown=per_pod(unknown),
+            pod_last_allocated=per_pod(last_allocation),
+            pod_last_idle=per_pod(last_idle),
+            pod_idle_since=per_pod(promql.pod_idle_since_last_query),
             fragmentation_sum=each(frag, ("pool",)),
             fragmentation_count=each(frag, ("pool",), count=True),
             fragmented_sum=each(fragmented, ("pool",)),

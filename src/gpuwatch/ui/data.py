@@ -13,10 +13,11 @@ import pandas as pd
 
 from gpuwatch.errors import SourceError
 from gpuwatch.model import Window
+from gpuwatch.report import Report
 from gpuwatch.service import FleetService, gpu_health, team_quotas
 from gpuwatch.ui.filters import CUSTOM, PRESET_GRID_SECONDS, PRESETS, Filters
 from gpuwatch.views.base import FleetView, Scope
-from gpuwatch.views.reader import open_view
+from gpuwatch.views.reader import open_view, trend_report
 
 log = logging.getLogger(__name__)
 View: TypeAlias = FleetView  # what a page draws: one window under its filters, from either read path
@@ -87,6 +88,7 @@ class ViewStore:
         self._lock = threading.Lock()
         self._key_locks: dict[Hashable, threading.Lock] = {}
         self._views: OrderedDict[Hashable, View] = OrderedDict()
+        self._trends: OrderedDict[Hashable, Report] = OrderedDict()
         self._last_good: dict[Filters, View] = {}  # unscoped request -> its last good unscoped view
         self._latest: View | None = None
         self._timed: dict[Hashable, _Entry] = {}
@@ -194,17 +196,28 @@ class ViewStore:
                 self._remember(key, view)
             return view
 
-    def previous(self, view: View) -> View | None:
-        """The view of the window just before `view`'s (same length, step and filters), for trends;
-        None while the source fails."""
+    def previous(self, view: View) -> Report | None:
+        """What the view's team trends compare with: views.reader.trend_report of the window just before
+        `view`'s (same length, step and scope), computed once; None while the source fails."""
         w = view.window
         window = Window(start=w.start - (w.end - w.start), end=w.start, step_seconds=w.step_seconds)
-        try:
-            base = self._analysed(window)
-        except SourceError as e:
-            self._failed(e)
-            return None
-        return self._scoped(base, view.scope)
+        key = ("trend", window, view.scope)
+        with self._key_lock(key):
+            with self._lock:
+                hit = self._trends.get(key)
+            if hit is not None:
+                return hit
+            try:
+                report = trend_report(self.service, window, view.scope, computed_at=self._wall())
+            except SourceError as e:
+                self._failed(e)
+                return None
+            with self._lock:
+                self._trends[key] = report
+                self._trends.move_to_end(key)
+                while len(self._trends) > self._max_views:
+                    self._trends.popitem(last=False)
+            return report
 
     def _remember(self, key: Hashable, view: View) -> None:
         self._views[key] = view

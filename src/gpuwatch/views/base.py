@@ -170,9 +170,10 @@ class FleetView(ABC):
         """GE allocated at the window's end."""
         return sum(self.held_now().values())
 
-    def team_changes(self, previous: "FleetView") -> pd.DataFrame:
-        """Per team, the change since `previous`, the window just before this one (see team_changes)."""
-        return self._cached("team_changes", lambda: team_changes(self.report, previous.report))
+    def team_changes(self, previous: Report) -> pd.DataFrame:
+        """Per team, the change since `previous`, the report of the window just before this one (see
+        team_changes)."""
+        return self._cached("team_changes", lambda: team_changes(self.report, previous))
 
 
 def bucketed(

@@ -5,8 +5,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from gpuwatch.history import read_sums
+from gpuwatch.history import assemble, read_sums, scope_sums
 from gpuwatch.model import Window
+from gpuwatch.report import Report, build_history_report
 from gpuwatch.service import FleetService
 from gpuwatch.sources.prometheus import (
     PrometheusSource,
@@ -16,7 +17,7 @@ from gpuwatch.sources.prometheus import (
     team_pool_timeline,
 )
 from gpuwatch.sources.promql import ROLLUP_SECONDS
-from gpuwatch.views.base import FleetView, bucket_seconds
+from gpuwatch.views.base import FleetView, Scope, bucket_seconds
 from gpuwatch.views.raw import RawView
 from gpuwatch.views.recorded import Recorded, RecordedView
 
@@ -56,6 +57,22 @@ def open_view(service: FleetService, window: Window, *, computed_at: datetime) -
     if prometheus is not None and prefers_recorded(service, window):
         return RecordedView(read_recorded(service, prometheus, window, computed_at=computed_at))
     return RawView(analysis=service.analysis(window), computed_at=computed_at)
+
+
+def trend_report(service: FleetService, window: Window, scope: Scope, *, computed_at: datetime) -> Report:
+    """What a view's team trends compare with: the report of `window` (the one before the view's) under
+    `scope`, of which only the teams and the coverage are read (FleetView.team_changes). On the recorded
+    path without a pool or product filter those come from the team, pool and node series alone: the
+    per-pod families a whole report reads are left out, so its workload, namespace and pool rows are
+    empty. Otherwise the window's whole view."""
+    prometheus = service.sources.recorded()
+    if prometheus is None or scope.pools or scope.products or not prefers_recorded(service, window):
+        return open_view(service, window, computed_at=computed_at).scoped(scope).report
+    sums = scope_sums(read_sums(prometheus, window, pods=False), teams=scope.teams)
+    history = assemble(
+        sums, window=window, settings=service.settings, source_warnings=prometheus.take_warnings()
+    )
+    return build_history_report(history)
 
 
 def read_recorded(
