@@ -380,17 +380,20 @@ def rollup_rules() -> list[dict[str, str]]:
 def day_rollup_rules() -> list[dict[str, str]]:
     """The recording rules of the daily roll-ups (evaluated every day): each the sum (or last) of its
     hourly roll-up over the 24 hours that end DAY_ROLLUP_LAG_SECONDS before the evaluation, so the hour
-    evaluated at the same moment, if any, has been written.
+    evaluated at the same moment, if any, has been written; one copy of each series (the hourly ones of
+    two rule evaluators, merged by a query layer, are one fact).
 
-    The rule of hour:gpuwatch_pod_gpu_allocation:sum_over_time is::
+    The rule of hour:gpuwatch_pool_gpus:sum_over_time is::
 
-        sum_over_time(hour:gpuwatch_pod_gpu_allocation:sum_over_time[86399999ms] offset 1800s)
+        max by (pool, state) (sum_over_time(hour:gpuwatch_pool_gpus:sum_over_time[86399999ms] offset 1800s))
     """
     rules = [{"record": DAY_ROLLUP_MARKER, "expr": "vector(time())"}]
     lag = f"offset {DAY_ROLLUP_LAG_SECONDS}s"
     for metric, function in ROLLUPS:
         hourly = rollup_name(metric, function)
-        expr = f"{_ROLLUP_OUTER[function]}({hourly}[{range_duration(DAY_SECONDS - _MS)}] {lag})"
+        expr = one_copy(
+            f"{_ROLLUP_OUTER[function]}({hourly}[{range_duration(DAY_SECONDS - _MS)}] {lag})", metric
+        )
         rules.append({"record": rollup_name(metric, function, "day"), "expr": expr})
     return rules
 
