@@ -193,6 +193,12 @@ def test_team_changes_compare_with_the_window_before() -> None:
     assert changes.loc["alpha", "efficiency_change_ratio"] == pytest.approx(0.6 - 0.5)
     assert changes.loc["beta"].isna().all()
     assert (change(0.5), points(0.1), change(math.nan), points(math.nan)) == ("+50%", "+10.0 pp", "—", "—")
+    assert (change(-0.004), points(-0.0004), change(-0.006), points(-0.0006)) == (
+        "+0%",
+        "+0.0 pp",
+        "-1%",
+        "-0.1 pp",
+    )
     # Under a team filter the window before is the team's too: beta had nothing then.
     beta = store.load(Filters(window=CUSTOM, start=end - timedelta(hours=2), end=end, teams=("beta",))).view
     assert beta is not None

@@ -59,13 +59,18 @@ def whole(value: Any) -> str:
 
 
 def change(value: Any) -> str:
-    """A relative change as a signed percentage ("+12%"); "—" when there is nothing to compare with."""
-    return "—" if missing(value) else f"{float(value):+.0%}"
+    """A relative change as a signed percentage ("+12%"); "—" when there is nothing to compare with. A
+    change that rounds to nothing reads "+0%", never "-0%"."""
+    return "—" if missing(value) else _unsigned_zero(f"{float(value):+.0%}")
 
 
 def points(value: Any) -> str:
     """A difference of two ratios in percentage points ("+3.2 pp"); "—" when unknown."""
-    return "—" if missing(value) else f"{float(value) * 100:+.1f} pp"
+    return "—" if missing(value) else _unsigned_zero(f"{float(value) * 100:+.1f} pp")
+
+
+def _unsigned_zero(text: str) -> str:
+    return "+" + text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
 
 
 def when(value: Any) -> str:
