@@ -17,6 +17,7 @@ from gpuwatch.report import Report, build_report
 from gpuwatch.service import FleetService
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
+from gpuwatch.ui.components import change, points
 from gpuwatch.views.base import team_changes
 from tests.integration.browser import browser_page, screenshot, settle, table_rows, wait_for_location
 from tests.integration.ui_server import serve_app
@@ -142,12 +143,8 @@ def test_waste_and_teams_show_the_report_numbers(
     expected = team_changes(report, build_report(demo.service.analysis(earlier)))
     allocated = expected["allocated_gpu_hours_change_ratio"].tolist()
     efficiency = expected["efficiency_change_ratio"].tolist()
-    assert [r["allocated_gpu_hours_change_ratio"] for r in teams] == [
-        "—" if math.isnan(v) else f"{v:+.0%}" for v in allocated
-    ]
-    assert [r["efficiency_change_ratio"] for r in teams] == [
-        "—" if math.isnan(v) else f"{v * 100:+.1f} pp" for v in efficiency
-    ]
+    assert [r["allocated_gpu_hours_change_ratio"] for r in teams] == [change(v) for v in allocated]
+    assert [r["efficiency_change_ratio"] for r in teams] == [points(v) for v in efficiency]
     # The day before is fully simulated; the week before (the fleet has 8 days) is mostly empty.
     assert any(not math.isnan(v) for v in efficiency) == (days == 1)
     csv = pd.read_csv(io.BytesIO(_download(p, "teams", "CSV")))
