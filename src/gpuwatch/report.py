@@ -142,23 +142,20 @@ _USAGE = [
     "waste_usd",
     "pods",
 ]
+_ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_WORKLOAD_TEXT = ("namespace", "pod", "team", "node", "pool")
+_WORKLOAD_NUMBERS = (
+    "gpus",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "unknown_gpu_hours",
+    "waste_usd",
+)
 _COLUMNS = {
     "team": ["team", *_USAGE],
     "namespace": ["namespace", "team", *_USAGE],
-    "workload": [
-        "namespace",
-        "pod",
-        "team",
-        "node",
-        "pool",
-        "gpus",
-        "allocated_gpu_hours",
-        "used_gpu_hours",
-        "idle_gpu_hours",
-        "unknown_gpu_hours",
-        "waste_usd",
-        "idle_since",
-    ],
+    "workload": [*_WORKLOAD_TEXT, *_WORKLOAD_NUMBERS, "idle_since"],
     "pool": [
         "pool",
         "nodes",
@@ -503,26 +500,15 @@ def _pool_capacity(row: Mapping[Any, Any]) -> float:
     return float(sum(row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
 
 
-WORKLOAD_TEXT = ("namespace", "pod", "team", "node", "pool")
-WORKLOAD_NUMBERS = (
-    "gpus",
-    "allocated_gpu_hours",
-    "used_gpu_hours",
-    "idle_gpu_hours",
-    "unknown_gpu_hours",
-    "waste_usd",
-)
-
-
 def _workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The workload rows, most wasteful first, built a column at a time (a month holds ~50,000 pods):
     used_gpu_hours 0 where unknown, as in _usage_rows."""
     ordered = frame.sort_values(["waste_usd", "allocated_gpu_hours"], ascending=False)
-    columns: dict[str, list[Any]] = {k: ordered[k].astype("str").tolist() for k in WORKLOAD_TEXT}
-    numbers = ordered[list(WORKLOAD_NUMBERS)].astype("float64").fillna({"used_gpu_hours": 0.0})
-    columns.update({k: numbers[k].tolist() for k in WORKLOAD_NUMBERS})
+    columns: dict[str, list[Any]] = {k: ordered[k].astype("str").tolist() for k in _WORKLOAD_TEXT}
+    numbers = ordered[list(_WORKLOAD_NUMBERS)].astype("float64").fillna({"used_gpu_hours": 0.0})
+    columns.update({k: numbers[k].tolist() for k in _WORKLOAD_NUMBERS})
     since = pd.to_datetime(ordered["idle_since"], utc=True)
-    texts = since.dt.strftime("%Y-%m-%dT%H:%M:%SZ").tolist()
+    texts = since.dt.strftime(_ISO_FORMAT).tolist()
     columns["idle_since"] = [t if known else None for t, known in zip(texts, since.notna(), strict=True)]
     names = list(columns)
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
@@ -570,4 +556,4 @@ def _ratio(part: float | None, whole: float | None) -> float | None:
 
 
 def _iso(value: Any) -> str:
-    return pd.Timestamp(value).tz_convert("UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
+    return pd.Timestamp(value).tz_convert("UTC").strftime(_ISO_FORMAT)

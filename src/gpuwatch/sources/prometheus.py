@@ -867,11 +867,7 @@ def history_sums(
         return pool.submit(_family, source, pieces, query, labels, **kwargs)
 
     def per_pod(query: Callable[..., str]) -> "Future[pd.DataFrame]":
-        if pods:
-            return each(query, _POD)
-        unread: Future[pd.DataFrame] = Future()
-        unread.set_result(_labelled(pd.DataFrame(), _POD))
-        return unread
+        return each(query, _POD) if pods else pool.submit(_labelled, pd.DataFrame(), _POD)
 
     def now(query: str, labels: Sequence[str]) -> "Future[pd.DataFrame]":
         return pool.submit(

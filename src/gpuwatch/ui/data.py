@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 import pandas as pd
 
@@ -20,6 +20,7 @@ from gpuwatch.views.base import FleetView, Scope
 from gpuwatch.views.reader import open_view, trend_report
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 View: TypeAlias = FleetView  # what a page draws: one window under its filters, from either read path
 
 
@@ -182,49 +183,43 @@ class ViewStore:
 
     def _cached(self, key: Hashable, build: Callable[[], View]) -> View:
         """The view under `key`, built once: callers asking for the same key meanwhile wait for it."""
-        with self._lock:
-            hit = self._views.get(key)
-        if hit is not None:
-            return hit
-        with self._key_lock(key):
-            with self._lock:
-                hit = self._views.get(key)
-            if hit is not None:
-                return hit
-            view = build()
-            with self._lock:
-                self._remember(key, view)
-            return view
+        return self._once(self._views, key, build)
 
     def previous(self, view: View) -> Report | None:
         """What the view's team trends compare with: views.reader.trend_report of the window just before
         `view`'s (same length, step and scope), computed once; None while the source fails."""
         w = view.window
         window = Window(start=w.start - (w.end - w.start), end=w.start, step_seconds=w.step_seconds)
-        key = ("trend", window, view.scope)
+        try:
+            return self._once(
+                self._trends,
+                ("trend", window, view.scope),
+                lambda: trend_report(self.service, window, view.scope, computed_at=self._wall()),
+            )
+        except SourceError as e:
+            self._failed(e)
+            return None
+
+    def _once(self, cache: "OrderedDict[Hashable, T]", key: Hashable, build: Callable[[], T]) -> T:
+        """cache[key], built once (the least recently built dropped past max_views): callers asking for
+        the same key meanwhile wait for it."""
+        with self._lock:
+            hit = cache.get(key)
+        if hit is not None:
+            return hit
         with self._key_lock(key):
             with self._lock:
-                hit = self._trends.get(key)
+                hit = cache.get(key)
             if hit is not None:
                 return hit
-            try:
-                report = trend_report(self.service, window, view.scope, computed_at=self._wall())
-            except SourceError as e:
-                self._failed(e)
-                return None
+            value = build()
             with self._lock:
-                self._trends[key] = report
-                self._trends.move_to_end(key)
-                while len(self._trends) > self._max_views:
-                    self._trends.popitem(last=False)
-            return report
-
-    def _remember(self, key: Hashable, view: View) -> None:
-        self._views[key] = view
-        self._views.move_to_end(key)
-        while len(self._views) > self._max_views:
-            old, _ = self._views.popitem(last=False)
-            self._key_locks.pop(old, None)
+                cache[key] = value
+                cache.move_to_end(key)
+                while len(cache) > self._max_views:
+                    old, _ = cache.popitem(last=False)
+                    self._key_locks.pop(old, None)
+            return value
 
     def _fallback(self, filters: Filters, window: Window | None, outage: Outage) -> Loaded:
         with self._lock:
