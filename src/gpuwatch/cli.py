@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -322,13 +323,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
     report: Report | None = None
     source = SOURCE_HISTORY
     if wants_history(args.source, demo=args.demo, costly=lambda: prefers_recorded(service, window)):
-        try:
-            history = read_history(service.settings, window)
-            report = build_history_report(history, health=_health_events(service, window))
-        except NoHistoryError as e:
-            if args.source == "history":
-                raise
-            print(f"gpuwatch: {e}; recomputing from raw DCGM series", file=sys.stderr)
+        # The API server is listed for the health events while Prometheus sums the window.
+        with ThreadPoolExecutor(max_workers=1) as aside:
+            health = aside.submit(_health_events, service, window)
+            try:
+                history = read_history(service.settings, window)
+                report = build_history_report(history, health=health.result())
+            except NoHistoryError as e:
+                if args.source == "history":
+                    raise
+                print(f"gpuwatch: {e}; recomputing from raw DCGM series", file=sys.stderr)
     if report is None:
         source = SOURCE_RAW
         if window.step_seconds != args.step:

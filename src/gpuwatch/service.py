@@ -873,17 +873,23 @@ def health_events_now(
 ) -> pd.DataFrame:
     """The health events at the end of `window` (the report's `health`, the Fleet health page's events):
     the last device telemetry and the nodes as the API server has them (`nodes`, if already read)."""
+    state = None
     if nodes is None:
-        nodes = nodes_frame(service.sources.cluster_state())
-    return health_events(gpu_rows(gpu_health(service, window)), nodes)
+        state = service.sources.cluster_state()  # listed once: the nodes and the exporter pods
+        nodes = nodes_frame(state)
+    samples = health_samples(service.sources, health_window(window), state=state)
+    return health_events(gpu_rows(samples), nodes)
 
 
-def health_samples(sources: "FleetSources | HealthSources", recent: Window) -> pd.DataFrame:
-    """The HEALTH_COLUMNS frame of `recent` from any of the known sources."""
+def health_samples(
+    sources: "FleetSources | HealthSources", recent: Window, *, state: ClusterState | None = None
+) -> pd.DataFrame:
+    """The HEALTH_COLUMNS frame of `recent` from any of the known sources (`state`: the cluster as
+    already listed, if it was)."""
     if isinstance(sources, SimulatedSources):
         frame = _simulated_health(sources.fleet, recent)
     elif isinstance(sources, LiveSources):
-        frame = _live_health(sources, recent)
+        frame = _live_health(sources, recent, state or sources.cluster_state())
     elif hasattr(sources, "gpu_health"):
         frame = sources.gpu_health(recent)
     else:
@@ -916,8 +922,7 @@ def _simulated_health(fleet: SimulatedFleet, recent: Window) -> pd.DataFrame:
     return rows
 
 
-def _live_health(sources: LiveSources, recent: Window) -> pd.DataFrame:
-    state = sources.cluster_state()
+def _live_health(sources: LiveSources, recent: Window, state: ClusterState) -> pd.DataFrame:
     exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
     rows = sources.prometheus.gpu_samples(
         recent, exporters=exporters, fields=[FIELD_BY_NAME[name] for name in HEALTH_FIELDS]

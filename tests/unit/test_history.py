@@ -2,6 +2,7 @@
 
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -194,6 +195,24 @@ def test_workloads_last_values_and_idle_since(report: dict[str, Any]) -> None:
     assert pods["nb-ds"]["unknown_gpu_hours"] == pytest.approx(2.0)
     assert pods["train-0"]["gpus"] == 6.0 and pods["train-0"]["used_gpu_hours"] == pytest.approx(72.0)
     assert pods["train-0"]["idle_since"] is None
+
+
+def test_pods_left_out_of_the_idle_and_unknown_families_count_as_zero(report: dict[str, Any]) -> None:
+    """The reader asks Prometheus for those families' non-zero pods only: the report is the same."""
+    fleet = _fleet()
+
+    def nonzero(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[frame["value"] > 0].reset_index(drop=True)
+
+    thinned = replace(
+        fleet,
+        pod_idle=nonzero(fleet.pod_idle),
+        pod_unknown=nonzero(fleet.pod_unknown),
+        pod_last_idle=nonzero(fleet.pod_last_idle),
+    )
+    assert len(thinned.pod_idle) < len(fleet.pod_idle)
+    assert len(thinned.pod_last_idle) < len(fleet.pod_last_idle)
+    assert build_history_report(assemble(thinned, window=WINDOW, settings=SETTINGS)) == report
 
 
 def test_pools_time_averages_and_latest_values(report: dict[str, Any]) -> None:
@@ -535,6 +554,12 @@ def test_other_query_variants_and_ranges() -> None:
         "    max by (pool) (avg_over_time(gpuwatch_pool_price_usd_per_gpu_hour[14999ms]))\n"
         "  )[59999ms:15s]\n)"
     )
+    for builder in (promql.pod_gpus_sum_query, promql.pod_gpus_last_query):
+        query = builder("gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60, rollup="hour")
+        nonzero = builder(
+            "gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60, rollup="hour", nonzero=True
+        )
+        assert nonzero == "(\n" + textwrap.indent(query, "  ") + "\n) > 0"
     with pytest.raises(ConfigError):
         promql.pod_gpus_sum_query(
             'gpuwatch_pod_gpu_allocation{a="b"}', range_seconds=60, resolution_seconds=60

@@ -653,12 +653,13 @@ class HistorySums:
     team_used: pd.DataFrame  # team: Σ busy GE (utilization × GE share)
     team_cost: pd.DataFrame  # team: Σ USD/h allocated
     team_idle_cost: pd.DataFrame  # team: Σ USD/h idle-allocated
+    # The pod families (* : only the pods above 0 in the piece, the others read as 0)
     pod_allocated: pd.DataFrame  # namespace, pod, team, node, pool: Σ GE
-    pod_idle: pd.DataFrame  # ... Σ idle-allocated GE
+    pod_idle: pd.DataFrame  # ... Σ idle-allocated GE *
     pod_used: pd.DataFrame  # ... Σ busy GE
-    pod_unknown: pd.DataFrame  # ... Σ allocated GE whose utilization is unknown (no telemetry)
+    pod_unknown: pd.DataFrame  # ... Σ allocated GE whose utilization is unknown (no telemetry) *
     pod_last_allocated: pd.DataFrame  # ... GE at the pod's last sample in the piece
-    pod_last_idle: pd.DataFrame  # ... idle-allocated GE at the pod's last sample in the piece
+    pod_last_idle: pd.DataFrame  # ... idle-allocated GE at the pod's last sample in the piece *
     pod_idle_since: pd.DataFrame  # ... idle-since epoch seconds at the last sample that had one
     fragmentation_sum: pd.DataFrame  # pool: Σ fragmentation ratio
     fragmentation_count: pd.DataFrame  # pool: samples of the ratio
@@ -877,8 +878,12 @@ def history_sums(
     frag, price = (partial(promql.pool_sum_query, m) for m in promql.POOL_MEAN_METRICS)
     fragmented, free = (partial(promql.pool_sum_query, m) for m in promql.POOL_GE_METRICS)
     capacity, reporting = (partial(promql.node_sum_query, m) for m in promql.NODE_SUM_METRICS)
+    # A pod never idle or unknown in a piece, or not idle at its last sample there, is left out of those
+    # families (read as 0): most of a month's ~50,000 pods.
     allocation, idle, used, unknown = (partial(promql.pod_gpus_sum_query, m) for m in promql.POD_SUM_METRICS)
+    idle, unknown = partial(idle, nonzero=True), partial(unknown, nonzero=True)
     last_allocation, last_idle = (partial(promql.pod_gpus_last_query, m) for m in promql.POD_LAST_METRICS)
+    last_idle = partial(last_idle, nonzero=True)
     with pool:  # the families are read side by side (Prometheus evaluates each query on one core)
         reads = dict(
             pool_states=each(promql.pool_state_gpus_sum_query, ("pool", "state")),

@@ -119,6 +119,11 @@ def series_count_query(fields: Sequence[Field], matchers: Sequence[Matcher] = ()
 # Per-unit aggregates
 
 
+def _nonzero(query: str, nonzero: bool) -> str:
+    """The query, or only its series above 0 (a reader counts a missing one as 0)."""
+    return f"(\n{textwrap.indent(query, '  ')}\n) > 0" if nonzero else query
+
+
 def _by(aggregate: str, labels: Sequence[str], body: str) -> str:
     """aggregate by (labels, wrapped) (body), with the body indented two spaces."""
     listed = textwrap.fill(", ".join(labels), width=WIDTH, initial_indent="  ", subsequent_indent="  ")
@@ -508,9 +513,11 @@ def team_cost_sum_query(
 
 
 def pod_gpus_sum_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = ""
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = "", nonzero: bool = False
 ) -> str:
     """GE per pod (allocated, idle-allocated, busy or unknown), summed over the grid points of the range.
+    nonzero=True leaves out the pods whose sum is 0: most pods are never idle or without telemetry, and
+    a month of a large fleet is ~50,000 pods a reader would otherwise receive and parse to add nothing.
 
     The same for gpuwatch_pod_gpu_idle, _used and _unknown;
     pod_gpus_sum_query("gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60) is::
@@ -530,7 +537,8 @@ def pod_gpus_sum_query(
         )
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
-    return _summed(POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    query = _summed(POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    return _nonzero(query, nonzero)
 
 
 def team_pool_gpus_sum_query(
@@ -569,10 +577,11 @@ def team_pool_gpus_sum_query(
 
 
 def pod_gpus_last_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = ""
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = "", nonzero: bool = False
 ) -> str:
     """GE per pod (allocated or idle-allocated) at its last grid point in the range with a sample, one
     copy per series: after a failover the surviving replica's last word counts, not the dead one's.
+    nonzero=True leaves out the pods with 0 GE there (as pod_gpus_sum_query).
 
     The same for gpuwatch_pod_gpu_idle;
     pod_gpus_last_query("gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60) is::
@@ -593,7 +602,7 @@ def pod_gpus_last_query(
     """
     metric = _one_of_metrics(metric, POD_LAST_METRICS)
     body = _on_grid("last_over_time", metric, range_seconds, resolution_seconds, rollup=rollup)
-    return _by("sum", POD_HISTORY_LABELS, body)
+    return _nonzero(_by("sum", POD_HISTORY_LABELS, body), nonzero)
 
 
 def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
