@@ -8,7 +8,14 @@ import pandas as pd
 import pytest
 
 from gpuwatch.config import load_settings
-from gpuwatch.service import FleetService, SimulatedSources, gpu_health, health_samples, health_window
+from gpuwatch.service import (
+    FleetService,
+    SimulatedSources,
+    gpu_health,
+    health_events_now,
+    health_samples,
+    health_window,
+)
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import PrometheusFactory
@@ -35,11 +42,18 @@ def fleet() -> SimulatedFleet:
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def api(
+    fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[KubeApiServer, str]]:
     with KubeApiServer(fleet, token=TOKEN) as server:
         path: Path = tmp_path_factory.mktemp("kube") / "kubeconfig"
         write_kubeconfig(path, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
-        yield str(path)
+        yield server, str(path)
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(api: tuple[KubeApiServer, str]) -> str:
+    return api[1]
 
 
 def test_live_health_equals_the_simulated_fleets(
@@ -61,3 +75,23 @@ def test_live_health_equals_the_simulated_fleets(
         )
     assert (merged["ge_live"] == merged["ge_sim"]).all()
     assert set(merged.loc[merged["xid_last_live"] > 0, "xid_last_live"]) == {79.0, 13.0}
+
+
+def test_health_events_list_the_cluster_once(
+    fleet: SimulatedFleet, api: tuple[KubeApiServer, str], prometheus_factory: PrometheusFactory
+) -> None:
+    """The report's health events need the nodes and the exporter pods: one pass over the pod lists (a
+    month's report of 50,000 pods spent seconds listing them twice)."""
+    server, kubeconfig = api
+    prom = prometheus_factory(fleet, layout="servicemonitor", metrics=METRICS)
+    settings = load_settings(flags={"prometheus_url": prom.url, "kubeconfig": kubeconfig}, env={})
+    live = FleetService.live(settings)
+    window = live.window(days=0.25, end=END)
+    mark = len(server.request_log)
+    events = health_events_now(live, window)
+    lists = [t for _, t, _ in server.request_log[mark:] if t.startswith("/api/v1/pods")]
+    assert len(lists) == 2  # the running pods, then the pending ones
+    assert {"XID 79", "XID 13"} <= set(events["event"])
+    assert set(events.loc[events["kind"] == "node_not_ready", "node"]) == {
+        n.name for n in fleet.nodes if not n.ready
+    }
