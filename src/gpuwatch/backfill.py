@@ -2,11 +2,13 @@
 and daily roll-ups the recording rules make of them, in one OpenMetrics file or straight into a TSDB
 directory.
 
-A month of a large fleet is far too big for one OpenMetrics file: promtool before 2.44 (Debian 12 ships
-2.42) writes 2 h blocks and re-reads its whole input once per block. So the history is cut into one
-file per 2 h block, each handed to `promtool tsdb create-blocks-from openmetrics` and deleted, with
-`workers` processes analysing and writing side by side. The directory is then a Prometheus
-`--storage.tsdb.path` (Prometheus compacts the 2 h blocks itself).
+A month of a large fleet is far too big for one OpenMetrics file, and parsing its text was most of
+promtool's time. So into a TSDB directory the history goes one 2 h block at a time, with `workers`
+processes analysing and writing side by side: the gpuwatch_* series written as blocks directly (tsdb),
+the DCGM series as one OpenMetrics file per block handed to `promtool tsdb create-blocks-from
+openmetrics` (promtool before 2.44, Debian 12 ships 2.42, re-reads its whole input once per 2 h block
+it writes). With both, each 2 h range has two blocks, which Prometheus merges. The directory is then a
+Prometheus `--storage.tsdb.path` (Prometheus compacts the 2 h blocks itself).
 """
 
 import math
@@ -30,6 +32,7 @@ from gpuwatch.service import SimulationParams, history_families, history_service
 from gpuwatch.sources import promql
 from gpuwatch.sources.simulated.exposition import write_backfill
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
+from gpuwatch.tsdb import sample_table, write_block
 
 BLOCK = timedelta(hours=2)
 BLOCKS_PER_TASK = 12  # one day of blocks analysed at once: the memory of a day of the fleet per worker
@@ -41,7 +44,6 @@ class TsdbBackfill:
 
     samples: int
     blocks: int
-    openmetrics_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,7 @@ class _Job:
     metrics: Sequence[str] | None
     dcgm: bool
     gpuwatch_series: bool
-    promtool: str
+    promtool: str | None
     tsdb: Path
     scratch: Path
 
@@ -148,10 +150,11 @@ def rollup_families(
         keep = (grid > low) & (grid <= high)
         if not keep.any():
             continue
-        kept = samples[keep]
-        codes, first_rows = series_codes(kept, labels)  # one integer per series: groupby on ints, not labels
+        # One integer per series: groupby on ints, not labels.
+        codes, first_rows = series_codes(samples, labels)
+        values = samples["value"].to_numpy(np.float64)
         frame = pd.DataFrame(
-            {"series": codes, "grid": grid[keep], "ms": ms[keep], "value": kept["value"].to_numpy(np.float64)}
+            {"series": codes[keep], "grid": grid[keep], "ms": ms[keep], "value": values[keep]}
         )
         per_point = frame.sort_values("ms", kind="stable").groupby(["series", "grid"], sort=False)
         last = function == "last_over_time"
@@ -165,7 +168,7 @@ def rollup_families(
         }
         rolled = reduced[function]().reset_index()
         hours.update(rolled["hour"].unique().tolist())
-        names = kept[labels].iloc[first_rows].reset_index(drop=True)
+        names = samples[labels].iloc[first_rows].reset_index(drop=True)
         labelled = names.iloc[rolled.pop("series").to_numpy()].reset_index(drop=True)
         rolled = pd.concat([labelled, rolled], axis=1)
         rolled["timestamp"] = pd.to_datetime(rolled.pop("hour"), unit="ms", utc=True)
@@ -253,27 +256,27 @@ def write_tsdb(
     progress: Callable[[int, int], None] | None = None,
 ) -> TsdbBackfill:
     """Write the fleet's history (DCGM series and/or gpuwatch_* series) as TSDB blocks into `tsdb`."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
+    promtool = shutil.which("promtool") if dcgm else None
+    if dcgm and promtool is None:
         raise ConfigError("promtool not found on PATH (Debian and Ubuntu: apt install prometheus)")
     target = Path(tsdb)
     target.mkdir(parents=True, exist_ok=True)
     ranges = block_ranges(fleet.window)
     tasks = _day_tasks(ranges, fleet.window.step_seconds / 2)
-    samples = size = done = 0
+    samples = done = 0
     with tempfile.TemporaryDirectory(prefix="gpuwatch-backfill-") as scratch:
         job = _Job(layout, metrics, dcgm, gpuwatch_series, promtool, target, Path(scratch))
         global _FLEET, _JOB
         _FLEET, _JOB = fleet, job
         try:
             with multiprocessing.get_context("fork").Pool(max(1, workers)) as pool:
-                for n, written, blocks in pool.imap_unordered(_write_task, tasks):
-                    samples, size, done = samples + n, size + written, done + blocks
+                for n, blocks in pool.imap_unordered(_write_task, tasks):
+                    samples, done = samples + n, done + blocks
                     if progress is not None:
                         progress(done, len(ranges))
         finally:
             _FLEET, _JOB = None, None
-    return TsdbBackfill(samples=samples, blocks=len(ranges), openmetrics_bytes=size)
+    return TsdbBackfill(samples=samples, blocks=len(ranges))
 
 
 def _day_tasks(ranges: list[tuple[datetime, datetime]], half: float) -> list[list[tuple[datetime, datetime]]]:
@@ -288,32 +291,32 @@ def _day_tasks(ranges: list[tuple[datetime, datetime]], half: float) -> list[lis
     return tasks
 
 
-def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int, int]:
-    """Analyse the task's blocks at once, then write and import one file per block."""
+def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int]:
+    """Analyse the task's blocks at once, then write them one by one."""
     fleet, job = _FLEET, _JOB
     assert fleet is not None and job is not None, "write_tsdb sets the fleet before forking"
-    families = _task_families(fleet, ranges) if job.gpuwatch_series else []
-    samples = size = 0
+    samples = 0
     half = fleet.window.step_seconds / 2
-    # Roll-ups evaluated in the task's blocks [T0, T1) on the hour: of grid points in (T0 − 1 h, T1 − 1 h].
-    hour = timedelta(seconds=promql.ROLLUP_SECONDS)
-    first, end = ranges[0][0] + timedelta(seconds=half), ranges[-1][1] + timedelta(seconds=half)
-    rollups = rollup_families(families, offset_seconds=half, after=first - hour, until=end - hour)
-    rollups += day_rollup_families(rollups)
-    for a, b in ranges:
-        path = job.scratch / f"block-{int(a.timestamp())}.om"
-        with path.open("w", encoding="utf-8") as out:
-            if job.dcgm:
-                samples += write_backfill(
-                    fleet, out, layout=job.layout, metrics=job.metrics, between=(a, b), end_of_file=False
-                )
-            inside = [f.between(a, b) for f in families]
-            samples += write_openmetrics(inside, out, offset_seconds=half, end_of_file=False)
-            a_written, b_written = a + timedelta(seconds=half), b + timedelta(seconds=half)
-            samples += write_openmetrics([f.between(a_written, b_written) for f in rollups], out)
-        size += path.stat().st_size
-        _import(job, path)
-    return samples, size, len(ranges)
+    if job.gpuwatch_series:
+        families = _task_families(fleet, ranges)
+        # Roll-ups evaluated in the task's blocks [T0, T1) on the hour: of grid points in
+        # (T0 − 1 h, T1 − 1 h].
+        hour = timedelta(seconds=promql.ROLLUP_SECONDS)
+        first, end = ranges[0][0] + timedelta(seconds=half), ranges[-1][1] + timedelta(seconds=half)
+        rollups = rollup_families(families, offset_seconds=half, after=first - hour, until=end - hour)
+        rollups += day_rollup_families(rollups)
+        table = sample_table([(f, half) for f in families] + [(f, 0.0) for f in rollups])
+        del families, rollups
+        for a, _ in ranges:
+            block_ms = round((a.timestamp() + half) * 1000)  # samples of intervals from a on, at t + half
+            samples += write_block(job.tsdb, table, block_ms, block_ms + round(BLOCK.total_seconds() * 1000))
+    if job.dcgm:
+        for a, b in ranges:
+            path = job.scratch / f"block-{int(a.timestamp())}.om"
+            with path.open("w", encoding="utf-8") as out:
+                samples += write_backfill(fleet, out, layout=job.layout, metrics=job.metrics, between=(a, b))
+            _import(job, path)
+    return samples, len(ranges)
 
 
 def _task_families(fleet: SimulatedFleet, ranges: list[tuple[datetime, datetime]]) -> list[Family]:
@@ -333,6 +336,7 @@ def _task_families(fleet: SimulatedFleet, ranges: list[tuple[datetime, datetime]
 
 
 def _import(job: _Job, path: Path) -> None:
+    assert job.promtool is not None, "write_tsdb finds promtool when it writes DCGM series"
     cmd = [job.promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(path), str(job.tsdb)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     path.unlink()

@@ -138,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     into.add_argument(
         "--tsdb",
         metavar="DIR",
-        help="write TSDB blocks into DIR (a Prometheus --storage.tsdb.path) with promtool, 2 h per file",
+        help="write 2 h TSDB blocks into DIR (a Prometheus --storage.tsdb.path); DCGM series need promtool",
     )
     backfill.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="with --tsdb: processes side by side"

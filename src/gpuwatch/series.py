@@ -85,7 +85,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
         unknown_ge=np.where(marked["util_ratio"].isna(), marked["ge_share"], 0.0),
         util_ge=marked["ge_share"] * marked["util_ratio"],
-        usd=marked["ge_share"] * marked["pool"].map(price).astype("float64"),
+        usd=marked["ge_share"] * _per_row(marked["pool"], price),
     )
     marked = marked.assign(idle_usd=np.where(marked["idle"], marked["usd"], 0.0))
     pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
@@ -144,13 +144,16 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         ),
     ]
     state_columns = {f"{s}_ge": s for s in LEDGER_STATES}
-    node_states = by_node.melt(
-        id_vars=["timestamp", "node", "pool"],
-        value_vars=list(state_columns),
-        var_name="state",
-        value_name="value",
+    node_states = (
+        by_node[["timestamp", "node", "pool", *state_columns]]
+        .rename(columns=state_columns)
+        .melt(
+            id_vars=["timestamp", "node", "pool"],
+            value_vars=list(state_columns.values()),
+            var_name="state",
+            value_name="value",
+        )
     )
-    node_states["state"] = node_states["state"].map(state_columns)
     families.append(
         Family("gpuwatch_node_gpus", HELP["gpuwatch_node_gpus"], ("node", "pool", "state"), node_states)
     )
@@ -318,8 +321,15 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
 
 def price_per_pool(analysis: "Analysis") -> dict[str, float]:
     """USD per GPU-hour of every pool the analysis names (the price book's default where unknown)."""
-    pools = set(analysis.nodes["pool"]) | set(analysis.marked["pool"])
+    pools = set(analysis.nodes["pool"].unique()) | set(analysis.marked["pool"].unique())
     return {pool: analysis.settings.pricing.usd_per_gpu_hour(pool) for pool in sorted(pools)}
+
+
+def _per_row(keys: "pd.Series[str]", table: dict[str, float]) -> npt.NDArray[np.float64]:
+    """table[key] per row (NaN where absent), looked up once per distinct key."""
+    codes, distinct = pd.factorize(keys)
+    looked_up = np.array([table.get(key, np.nan) for key in distinct] + [np.nan], dtype=np.float64)
+    return looked_up[codes]  # code -1 (a missing key) reads the trailing NaN
 
 
 def _tidy(family: Family) -> Family:

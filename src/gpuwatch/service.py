@@ -282,7 +282,25 @@ def history_families(service: FleetService, chunk: Window) -> list[Family]:
     reach = math.ceil(service.settings.idle.window_seconds / chunk.step_seconds) * step + step
     first = max(service.history_start() or chunk.start, chunk.start - reach)
     analysis = service.analysis(replace(chunk, start=first))
-    return [f.between(chunk.start) for f in published_series(analysis, last_only=False)]
+    return published_series(_analysis_since(analysis, chunk.start), last_only=False)
+
+
+def _analysis_since(analysis: "Analysis", start: datetime) -> "Analysis":
+    """The analysis's per-sample frames from `start` on: each gpuwatch_* sample comes from the rows of its
+    own timestamp, so this cuts the series as Family.between(start) would, at a fraction of the rows."""
+    since = pd.Timestamp(start)
+
+    def cut(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[frame["timestamp"] >= since]
+
+    return replace(
+        analysis,
+        marked=cut(analysis.marked),
+        by_node=cut(analysis.by_node),
+        per_pool=cut(analysis.per_pool),
+        free=cut(analysis.free),
+        units_reporting=cut(analysis.units_reporting),
+    )
 
 
 def serve_simulated_metrics(params: SimulationParams, *, host: str, port: int) -> "Closable":

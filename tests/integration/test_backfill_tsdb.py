@@ -1,6 +1,8 @@
-"""`gpuwatch simulate backfill --tsdb`: history written block by block through promtool (as a month of a
-large fleet must be) holds exactly the samples of the one-file backfill, and its flags behave."""
+"""`gpuwatch simulate backfill --tsdb`: history written block by block (as a month of a large fleet must be:
+the gpuwatch_* series as blocks directly, the DCGM series through promtool) holds exactly the samples of
+the one-file backfill, and its flags behave."""
 
+import json
 import re
 import subprocess
 import sys
@@ -47,7 +49,10 @@ def test_blocks_hold_exactly_the_one_file_backfill(tmp_path: Path) -> None:
     done = write_tsdb(fleet, tmp_path / "blocks", metrics=UTIL, workers=2)
     assert done.samples == written
     assert done.blocks == 4  # 17:00-23:00 -> blocks 16-18, 18-20, 20-22, 22-24 (epoch-aligned 2 h)
-    assert sum(1 for p in (tmp_path / "blocks").iterdir() if (p / "meta.json").is_file()) == 4
+    metas = [json.loads(p.read_text()) for p in (tmp_path / "blocks").glob("*/meta.json")]
+    # Per 2 h range one block of DCGM series (promtool) and one of gpuwatch_* series (written directly).
+    assert len(metas) == 8
+    assert len({meta["minTime"] // (2 * 3600 * 1000) for meta in metas}) == 4
     expected = _dump(tmp_path / "one")
     assert len(expected) == written
     assert _dump(tmp_path / "blocks") == expected

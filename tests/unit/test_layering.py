@@ -20,8 +20,10 @@ ALLOWED = {
     "series": BASE | {"service"},
     # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service.
     "history": BASE | {"sources", "series", "service"},
-    # backfill writes the simulated fleet's history into a TSDB directory (promtool), beside service.
-    "backfill": BASE | {"service", "series", "sources"},
+    # backfill writes the simulated fleet's history into a TSDB directory (tsdb, promtool), beside service.
+    "backfill": BASE | {"service", "series", "sources", "tsdb"},
+    # tsdb writes series as Prometheus TSDB blocks.
+    "tsdb": BASE | {"series"},
     "report": BASE | {"service", "history"},
     "exporter": BASE | {"service", "series"},
     # views answer a window on one of two read paths: raw (service) or recorded history (history, and

@@ -60,9 +60,8 @@ def attribute(
     pods = _categorize(pods, dtypes)
     history = None if history is None else _categorize(history, dtypes)
     samples["unit_ge"] = _unit_ge(samples, replicas)
-    util_by_unit = samples.drop_duplicates(["timestamp", *_UNIT]).set_index(["timestamp", *_UNIT])[
-        "util_ratio"
-    ]
+    units = samples.drop_duplicates(["timestamp", *_UNIT])
+    util_by_unit = units.set_index(["timestamp", *_UNIT])["util_ratio"]
 
     dcgm = samples[samples["pod"].ne("") & samples["namespace"].ne("")]
     dcgm = dcgm.groupby(["timestamp", *_KEY, *_UNIT], as_index=False, sort=False).agg(
@@ -99,7 +98,6 @@ def attribute(
     out["util_ratio"] = out["util_ratio"].astype("float64")
 
     held_units = out.loc[out["uuid"].ne(""), ["timestamp", *_UNIT]].drop_duplicates()
-    units = samples.drop_duplicates(["timestamp", *_UNIT])
     busy = units.merge(held_units, on=["timestamp", *_UNIT], how="left", indicator=True)
     busy = busy[(busy["_merge"] == "left_only") & (busy["util_ratio"] >= busy_threshold)]
     unattributed = busy[["timestamp", *_UNIT, "util_ratio"]].assign(
@@ -191,7 +189,7 @@ def _fill_running(
     grid = pods[["namespace", "pod", "node", "requested_ge"]].iloc[rows].reset_index(drop=True)
     grid["requested_ge"] = grid["requested_ge"].astype("float64")
     steps = np.concatenate([np.arange(f, len(times)) for f in first]) if len(first) else np.zeros(0, int)
-    grid["timestamp"] = pd.to_datetime(times[steps], utc=True)
+    grid["timestamp"] = sample_times.take(steps)  # not times[steps]: those are Timestamp objects
     seen = dcgm[["timestamp", *_KEY]].drop_duplicates()
     missing = grid.merge(seen, on=["timestamp", *_KEY], how="left", indicator=True)
     missing = missing[missing["_merge"] == "left_only"].drop(columns="_merge")
