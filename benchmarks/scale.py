@@ -1,10 +1,8 @@
 """Benchmark: gpuwatch at fleet scale (issue 12) on a real Prometheus. Not a test: nothing is asserted.
 
-  world    `gpuwatch simulate backfill --gpus G --days D --step 300s --no-dcgm --tsdb DIR` (timed), then
-           Prometheus on DIR once it has compacted the 2 h blocks, run with the retention of a user who
-           keeps those D days (1.5 D: Prometheus caps a compacted block at a tenth of its retention, so
-           blocks span at most 0.15 D, and a 24 h query scans the series of a few days, not of a month).
-           `--tsdb DIR` keeps the world for the next run (reused when built with the same parameters).
+  world    `gpuwatch simulate backfill --gpus G --days D --step 300s --no-dcgm --tsdb DIR` (timed, incl.
+           promtool), then Prometheus on DIR once it has compacted the 2 h blocks. `--tsdb DIR` keeps the
+           world for the next run (reused when built with the same parameters).
   pages    `gpuwatch serve` on that Prometheus and the simulated Kubernetes API of the same fleet, every
            page opened in headless Chromium for windows of 24 h, 7 d and 30 d ending at the world's end:
            the first visit of each window and page (cold) and the p95 of `--repeat` more (warm), to the
@@ -23,7 +21,6 @@ Run from the repository root: python benchmarks/scale.py [--gpus 10000 --days 30
 
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
@@ -87,11 +84,6 @@ def build_world(tsdb: Path, args: argparse.Namespace) -> None:
         f"world: {' '.join(cmd[1:])} took {seconds:.0f} s ({seconds / 60:.1f} min), "
         f"{block_count(tsdb)} blocks"
     )
-
-
-def prometheus(tsdb: Path, days: float) -> PrometheusServer:
-    """Prometheus on a world of `days`, with the retention of a user keeping them (see the module doc)."""
-    return PrometheusServer(tsdb, retention=f"{math.ceil(days * 1.5)}d")
 
 
 @contextmanager
@@ -212,7 +204,7 @@ def compare(workdir: Path, args: argparse.Namespace) -> None:
         f"{time.perf_counter() - began:.0f} s"
     )
     window = Window(start=END - timedelta(days=days), end=END, step_seconds=300)
-    with prometheus(tsdb, days) as prom, kube_api(gpus, days, "60s", workdir) as kubeconfig:
+    with PrometheusServer(tsdb) as prom, kube_api(gpus, days, "60s", workdir) as kubeconfig:
         wait_for_compaction(prom.url, tsdb)
         seconds = {}
         for name, limit in (("raw", 10**13), ("recorded", 0)):
@@ -295,7 +287,7 @@ def main() -> int:
         tsdb = Path(args.tsdb) if args.tsdb else workdir / "tsdb"
         build_world(tsdb, args)
         if "pages" not in args.skip or "report" not in args.skip:
-            with prometheus(tsdb, args.days) as prom:
+            with PrometheusServer(tsdb) as prom:
                 wait_for_compaction(prom.url, tsdb)
                 print(f"prometheus: {block_count(tsdb)} blocks, {dir_bytes(tsdb) / 1e6:,.0f} MB")
                 with kube_api(args.gpus, args.days, "300s", workdir) as kubeconfig:

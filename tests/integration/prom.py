@@ -154,9 +154,6 @@ class PrometheusServer:
     data_dir: Path
     port: int = 0
     config_text: str = _CONFIG
-    # Backfilled history is old: keep every block. Prometheus also sizes compacted blocks by it (at most a
-    # tenth of it, up to 31 d), which decides how many series a short window's query scans.
-    retention: str = "100y"
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -176,7 +173,7 @@ class PrometheusServer:
             f"--config.file={config}",
             f"--storage.tsdb.path={self.data_dir}",
             f"--web.listen-address=127.0.0.1:{self.port}",
-            f"--storage.tsdb.retention.time={self.retention}",
+            "--storage.tsdb.retention.time=100y",  # backfilled history is old: keep every block
             "--log.level=warn",
         ]
         self.process = _launch(cmd, log, f"{self.url}/-/ready", timeout)
