@@ -1,8 +1,8 @@
 """Benchmark: gpuwatch at fleet scale (issue 12) on a real Prometheus. Not a test: nothing is asserted.
 
-  world    `gpuwatch simulate backfill --gpus G --days D --step 300s --no-dcgm --tsdb DIR` (timed, incl.
-           promtool), then Prometheus on DIR once it has compacted the 2 h blocks. `--tsdb DIR` keeps the
-           world for the next run (reused when built with the same parameters).
+  world    `gpuwatch simulate backfill --gpus G --days D --step 300s --no-dcgm --tsdb DIR` (timed: it writes
+           the 2 h blocks itself), then Prometheus on DIR once it has compacted them. `--tsdb DIR` keeps
+           the world for the next run (reused when built with the same parameters).
   pages    `gpuwatch serve` on that Prometheus and the simulated Kubernetes API of the same fleet, every
            page opened in headless Chromium for windows of 24 h, 7 d and 30 d ending at the world's end:
            the first visit of each window and page (cold) and the p95 of `--repeat` more (warm), to the
