@@ -12,6 +12,7 @@ from pandas.core.groupby import DataFrameGroupBy
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
+from gpuwatch.series import per_row
 from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
@@ -209,9 +210,8 @@ def assemble(
     def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
         """Each row's pool price: looked up once per pool, not per row (a month holds ~50,000 pods)."""
         book = settings.pricing.usd_per_gpu_hour
-        codes, unique = pd.factorize(pools.astype("str"))
-        usd = np.array([prices.get(p, book(p)) for p in unique], dtype=np.float64)
-        return usd[codes] if len(codes) else np.zeros(0, dtype=np.float64)
+        names = pools.astype("str")
+        return per_row(names, {p: prices.get(p, book(p)) for p in names.unique()})
 
     pool_hours = _pool_ledger(sums, hours)
     usd = price_of(pool_hours["pool"])

@@ -1,6 +1,6 @@
 """The gpuwatch_* series (docs/metrics.md) derived from an analysis: at its last sample, or at every one."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, TextIO
@@ -85,7 +85,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
         unknown_ge=np.where(marked["util_ratio"].isna(), marked["ge_share"], 0.0),
         util_ge=marked["ge_share"] * marked["util_ratio"],
-        usd=marked["ge_share"] * _per_row(marked["pool"], price),
+        usd=marked["ge_share"] * per_row(marked["pool"], price),
     )
     marked = marked.assign(idle_usd=np.where(marked["idle"], marked["usd"], 0.0))
     pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
@@ -325,7 +325,7 @@ def price_per_pool(analysis: "Analysis") -> dict[str, float]:
     return {pool: analysis.settings.pricing.usd_per_gpu_hour(pool) for pool in sorted(pools)}
 
 
-def _per_row(keys: "pd.Series[str]", table: dict[str, float]) -> npt.NDArray[np.float64]:
+def per_row(keys: "pd.Series[str]", table: Mapping[str, float]) -> npt.NDArray[np.float64]:
     """table[key] per row (NaN where absent), looked up once per distinct key."""
     codes, distinct = pd.factorize(keys)
     looked_up = np.array([table.get(key, np.nan) for key in distinct] + [np.nan], dtype=np.float64)

@@ -119,11 +119,6 @@ def series_count_query(fields: Sequence[Field], matchers: Sequence[Matcher] = ()
 # Per-unit aggregates
 
 
-def _nonzero(query: str, nonzero: bool) -> str:
-    """The query, or only its series above 0 (a reader counts a missing one as 0)."""
-    return f"(\n{textwrap.indent(query, '  ')}\n) > 0" if nonzero else query
-
-
 def _by(aggregate: str, labels: Sequence[str], body: str) -> str:
     """aggregate by (labels, wrapped) (body), with the body indented two spaces."""
     listed = textwrap.fill(", ".join(labels), width=WIDTH, initial_indent="  ", subsequent_indent="  ")
@@ -318,6 +313,11 @@ def _summed(
     if not labels:
         return f"sum (\n{textwrap.indent(body, '  ')}\n)"
     return _by("sum", [check_label_name(label) for label in labels], body)
+
+
+def _nonzero(query: str, nonzero: bool) -> str:
+    """The query, or only its series above 0 (a reader counts a missing one as 0)."""
+    return f"(\n{textwrap.indent(query, '  ')}\n) > 0" if nonzero else query
 
 
 # -- hourly roll-ups: the same grid sums recorded once an hour (alerts/gpuwatch-recording.rules.yml) ------
