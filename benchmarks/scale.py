@@ -3,7 +3,8 @@
   world    `gpuwatch simulate backfill --gpus G --days D --step 300s --no-dcgm --tsdb DIR` (timed: it writes
            the 2 h blocks itself), then Prometheus on DIR once it has compacted them. `--tsdb DIR` keeps
            the world for the next run (reused when built with the same parameters).
-  pages    `gpuwatch serve` on that Prometheus and the simulated Kubernetes API of the same fleet, every
+  pages    `gpuwatch serve` on that Prometheus and the simulated Kubernetes API of the same fleet, once
+           it is ready (/readyz: the cluster listed, the default view warm), every
            page opened in headless Chromium for windows of 24 h, 7 d and 30 d ending at the world's end:
            the first visit of each window and page (cold) and the p95 of `--repeat` more (warm), to the
            moment Dash has no callback in flight; then the serve process's peak RSS (VmHWM).
@@ -121,13 +122,14 @@ def serve(prometheus_url: str, kubeconfig: Path) -> Iterator[tuple[str, int]]:
     try:
         import requests
 
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # ready: the cluster listed and the watches following it
             try:
-                if requests.get(f"{base}/_dash-layout", timeout=2).ok:
+                if requests.get(f"{base}/readyz", timeout=2).ok:
                     break
             except requests.ConnectionError:
-                time.sleep(0.3)
+                pass
+            time.sleep(0.3)
         yield base, proc.pid
     finally:
         proc.terminate()

@@ -17,9 +17,11 @@ from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     HistorySums,
+    PodFamilies,
     PrometheusSource,
     history_pieces,
     history_sums,
+    pod_totals,
 )
 from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
 
@@ -91,16 +93,25 @@ def read_history(
             prometheus.close()
 
 
+def read_pieces(
+    prometheus: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
+) -> pd.DataFrame:
+    """The window's history pieces; where Prometheus holds no gpuwatch_* samples they count none (a
+    window wholly without history reads as one gap, never as zeros)."""
+    return merge_covered(history_pieces(prometheus, window, piece_seconds=piece_seconds))
+
+
 def read_sums(
     prometheus: PrometheusSource,
     window: Window,
     *,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
-    pods: bool = True,
+    pieces: pd.DataFrame | None = None,
+    pods: PodFamilies | bool = True,
 ) -> HistorySums:
-    """history_sums() of the window; where Prometheus holds no gpuwatch_* samples its pieces count none
-    (a window wholly without history reads as one gap, never as zeros)."""
-    pieces = merge_covered(history_pieces(prometheus, window, piece_seconds=piece_seconds))
+    """history_sums() of the window over read_pieces() (or `pieces`)."""
+    if pieces is None:
+        pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds)
     return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces, pods=pods)
 
 
@@ -132,7 +143,8 @@ def scope_sums(
     """The sums narrowed to teams and pools, as the raw path's filters narrow an analysis: pods, pending
     pods and team series to the teams; pool, node and pod series to the pools. Under a team filter the
     pool ledger holds the teams' own GE only (allocated unknown, idle, active, from their pods' series);
-    under a pool filter the team series are rebuilt from the pods in those pools. pools=None: all."""
+    under a pool filter the team series are rebuilt from the pods in those pools. pools=None: all.
+    Narrowing needs the per-pod families: the pods per team and busy GE per pool are counted from them."""
     if not teams and pools is None:
         return sums
 
@@ -149,7 +161,10 @@ def scope_sums(
     for name in ("capacity_sum", "reporting_sum"):
         frame = narrowed[name]
         narrowed[name] = frame if pools is None else frame[frame["node"].isin(nodes)].reset_index(drop=True)
-    pods = {k: narrowed[k] for k in ("pod_allocated", "pod_idle", "pod_unknown", "pod_used")}
+    pods = {
+        k: narrowed[k] for k in ("pod_allocated", "pod_idle", "pod_unknown", "pod_used", "pod_last_allocated")
+    }
+    narrowed |= pod_totals(pods)
     if teams:
         narrowed["pool_states"] = _allocated_states(pods, ("pool",))
     if pools is not None:
@@ -206,13 +221,7 @@ def assemble(
     """
     hours = SampleHours(sums.pieces)
     prices = _published_prices(sums, hours)
-
-    def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
-        """Each row's pool price: looked up once per pool, not per row (a month holds ~50,000 pods)."""
-        book = settings.pricing.usd_per_gpu_hour
-        names = pools.astype("str")
-        return per_row(names, {p: prices.get(p, book(p)) for p in names.unique()})
-
+    price_of = _price_lookup(prices, settings)
     pool_hours = _pool_ledger(sums, hours)
     usd = price_of(pool_hours["pool"])
     ledger = {f"{s}_gpu_hours": float(pool_hours[f"{s}_gpu_hours"].sum()) for s in LEDGER_STATES}
@@ -231,9 +240,8 @@ def assemble(
         }
     )
     workloads = _workloads(sums, hours, price_of)
-    teams = _teams(sums, hours, workloads)
-    by_namespace = workloads.groupby(["namespace", "team"], sort=True)
-    namespaces = _usage_sums(by_namespace).assign(pods=by_namespace.size()).reset_index()
+    teams = _teams(sums, hours)
+    namespaces = _namespaces(sums, hours, price_of)
     fleet = pd.DataFrame(
         {
             "allocated_gpu_hours": [float(teams["allocated_gpu_hours"].sum())],
@@ -241,7 +249,7 @@ def assemble(
             "unknown_gpu_hours": [float(teams["unknown_gpu_hours"].sum())],
         }
     )
-    pools = _pools(sums, hours, pool_hours, workloads)
+    pools = _pools(sums, hours, pool_hours)
     pools["usd_per_gpu_hour"] = price_of(pools["pool"])
     step = window.step_seconds
     warnings = [*source_warnings, *(gap_warnings(sums.pieces, partial=True) if gaps is None else gaps)]
@@ -379,6 +387,95 @@ def _pool_ledger(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
     return wide.rename_axis(index="pool").reset_index()
 
 
+def _price_lookup(prices: Mapping[str, float], settings: Settings) -> "PriceOf":
+    """Each row's pool price, the published one else the price book's: looked up once per pool, not per
+    row (a month holds ~50,000 pods)."""
+    book = settings.pricing.usd_per_gpu_hour
+
+    def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
+        names = pools.astype("str")
+        return per_row(names, {p: prices.get(p, book(p)) for p in names.unique()})
+
+    return price_of
+
+
+# The per-pod families idle_workloads() reads: the idle ones (a month's ~5,000 of ~50,000 pods) and
+# the allocation at each pod's last sample.
+IDLE_FAMILIES = ("pod_idle", "pod_last_allocated", "pod_last_idle", "pod_idle_since")
+
+
+def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
+    """The workloads (namespace, pod, team) with idle-allocated GE-hours in the window: idle_gpu_hours,
+    waste_usd and, at their last sample, node, pool, gpus and idle_since, as assemble()'s workload rows
+    have them, from IDLE_FAMILIES alone (the other pod families may be left empty). A pod seen under
+    two label sets in its last piece takes the one holding more GE at its end (assemble: the one held
+    longer in the window)."""
+    hours = SampleHours(sums.pieces)
+    price_of = _price_lookup(_published_prices(sums, hours), settings)
+    idle = hours.by(sums.pod_idle, list(POD_KEYS), "idle_gpu_hours")
+    idle = idle[idle["idle_gpu_hours"] > 0]
+    idle = idle.assign(waste_usd=idle["idle_gpu_hours"].to_numpy() * price_of(idle["pool"]))
+    by_workload = idle.groupby(list(WORKLOAD_KEYS), as_index=False, sort=True)
+    summed = by_workload[["idle_gpu_hours", "waste_usd"]].sum()
+    last = _last_seen(sums).sort_values(["piece", "gpus"], kind="stable")
+    latest = last.groupby(list(WORKLOAD_KEYS), sort=False).tail(1)
+    columns = [*WORKLOAD_KEYS, "node", "pool", "gpus", "idle_since"]
+    out = summed.merge(latest[columns], on=list(WORKLOAD_KEYS), how="left")
+    return out.fillna({"gpus": 0.0})
+
+
+def workload_table(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
+    """assemble()'s workload table alone: one row per pod of the pod families in `sums`."""
+    hours = SampleHours(sums.pieces)
+    return _workloads(sums, hours, _price_lookup(_published_prices(sums, hours), settings))
+
+
+def _last_seen(sums: HistorySums) -> pd.DataFrame:
+    """piece and POD_KEYS of each pod label set's last piece, its GE there (gpus) and idle_since (set only
+    when every GE it held then was idle, as idle_since() in the raw path)."""
+    keys = list(POD_KEYS)
+    piece = ["piece", *keys]
+    last = sums.pod_last_allocated.sort_values("piece", kind="stable").drop_duplicates(keys, keep="last")
+    last = last.rename(columns={"value": "gpus"})
+    last = last.merge(sums.pod_last_idle.rename(columns={"value": "idle_ge"}), on=piece, how="left")
+    last = last.merge(sums.pod_idle_since.rename(columns={"value": "since"}), on=piece, how="left")
+    all_idle = (last["idle_ge"] >= last["gpus"] - EPSILON_GE) & (last["gpus"] > 0)
+    since = last["since"].where(all_idle)
+    return last.assign(idle_since=pd.to_datetime(since, unit="s", utc=True))[[*piece, "gpus", "idle_since"]]
+
+
+def _namespace_family(sums: HistorySums, family: str) -> pd.DataFrame:
+    frame = sums.namespace_sums
+    return frame[frame["family"] == family]
+
+
+def _namespaces(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd.DataFrame:
+    """One row per namespace (and team): GE-hours, dollars and pods, from the pods' sums per namespace
+    and pool (used_gpu_hours unknown where no pod of it had telemetry)."""
+    keys = ["namespace", "team"]
+    frame = sums.namespace_sums
+    frame = frame.assign(gpu_hours=hours.weighted(frame))
+    frame = frame.assign(usd=frame["gpu_hours"].to_numpy() * price_of(frame["pool"]))
+    wide = frame.pivot_table(index=keys, columns="family", values="gpu_hours", aggfunc="sum")
+    wide = wide.reindex(columns=["allocated", "idle", "used", "unknown"])
+    usd = frame.pivot_table(index=keys, columns="family", values="usd", aggfunc="sum")
+    usd = usd.reindex(columns=["allocated", "idle"]).reindex(wide.index)
+    out = pd.DataFrame(
+        {
+            "allocated_gpu_hours": wide["allocated"].fillna(0.0),
+            "used_gpu_hours": wide["used"],
+            "idle_gpu_hours": wide["idle"].fillna(0.0),
+            "unknown_gpu_hours": wide["unknown"].fillna(0.0),
+            "cost_usd": usd["allocated"].fillna(0.0),
+            "waste_usd": usd["idle"].fillna(0.0),
+        },
+        index=wide.index,
+    )
+    pods = sums.namespace_pods.set_index(keys)["value"]
+    out["pods"] = pods.reindex(out.index).fillna(0).astype("int64")
+    return out.reset_index().astype({"namespace": "str", "team": "str"})
+
+
 def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd.DataFrame:
     """One row per pod (namespace, pod, team): GE-hours, dollars, and at its last sample node, pool,
     gpus and idle_since (set only when every GE it held then was idle, as idle_since() in the raw path)."""
@@ -393,15 +490,7 @@ def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd
     usd = price_of(series["pool"])
     series["cost_usd"] = series["allocated_gpu_hours"].to_numpy() * usd
     series["waste_usd"] = series["idle_gpu_hours"].to_numpy() * usd
-    piece = ["piece", *keys]
-    last = sums.pod_last_allocated.sort_values("piece", kind="stable").drop_duplicates(keys, keep="last")
-    last = last.rename(columns={"value": "gpus"})
-    last = last.merge(sums.pod_last_idle.rename(columns={"value": "idle_ge"}), on=piece, how="left")
-    last = last.merge(sums.pod_idle_since.rename(columns={"value": "since"}), on=piece, how="left")
-    all_idle = (last["idle_ge"] >= last["gpus"] - EPSILON_GE) & (last["gpus"] > 0)
-    since = last["since"].where(all_idle)
-    last = last.assign(idle_since=pd.to_datetime(since, unit="s", utc=True))[[*piece, "gpus", "idle_since"]]
-    series = series.merge(last, on=keys, how="left")
+    series = series.merge(_last_seen(sums), on=keys, how="left")
     # A pod seen under several label sets (moved node, relabelled team pool) is one workload: sums add
     # up, and node, pool, gpus and idle_since are those of the series it was last seen in.
     series = series.sort_values(["piece", "allocated_gpu_hours"], kind="stable", na_position="first")
@@ -414,9 +503,8 @@ def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd
     return out
 
 
-def _teams(sums: HistorySums, hours: SampleHours, workloads: pd.DataFrame) -> pd.DataFrame:
-    """Per team: allocated, idle and used GE-hours, cost and waste from the team series; pods from the
-    pod series."""
+def _teams(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
+    """Per team: allocated, idle and used GE-hours, cost and waste from the team series; pods seen."""
     states = hours.by(sums.team_states, ("team", "state"), "gpu_hours")
     wide = states.pivot_table(
         index="team", columns="state", values="gpu_hours", aggfunc="sum", fill_value=0.0
@@ -435,7 +523,8 @@ def _teams(sums: HistorySums, hours: SampleHours, workloads: pd.DataFrame) -> pd
         ("waste_usd", sums.team_idle_cost),
     ):
         teams = teams.join(hours.by(frame, ("team",), name).set_index("team"), how="outer")
-    teams = teams.join(workloads.groupby("team").size().rename("pods"), how="outer")
+    pods = sums.namespace_pods.groupby("team")["value"].sum().rename("pods")
+    teams = teams.join(pods, how="outer")
     filled = {
         c: 0.0
         for c in ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
@@ -444,16 +533,15 @@ def _teams(sums: HistorySums, hours: SampleHours, workloads: pd.DataFrame) -> pd
     return teams.rename_axis(index="team").reset_index()
 
 
-def _pools(
-    sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame, workloads: pd.DataFrame
-) -> pd.DataFrame:
+def _pools(sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame) -> pd.DataFrame:
     """Per pool: nodes and GPUs now, ledger GE-hours, used GE-hours, the window's mean fragmentation
     ratio and the largest free block now."""
     now = sums.nodes_now.groupby("pool").agg(nodes=("node", "nunique"), gpus=("value", "sum"))
     frag = _time_average(sums.fragmentation_sum, sums.fragmentation_count, hours)
+    used = hours.by(_namespace_family(sums, "used"), ("pool",), "used_gpu_hours").set_index("pool")
     extra: list[pd.DataFrame | pd.Series[float]] = [
         now,
-        workloads.groupby("pool")["used_gpu_hours"].sum(min_count=1).rename("used_gpu_hours"),
+        used["used_gpu_hours"],
         frag.rename("fragmentation_ratio"),
         sums.largest_free_block_now.groupby("pool")["value"].max().rename("largest_free_block_ge"),
     ]

@@ -458,7 +458,7 @@ def report_from_tables(
         },
         "teams": _usage_rows(tables["team"], ["team"]),
         "namespaces": _usage_rows(tables["namespace"], ["namespace", "team"]),
-        "workloads": _workload_rows(tables["workload"]),
+        "workloads": workload_rows(tables["workload"]),
         "pools": [
             {
                 "pool": str(r["pool"]),
@@ -516,13 +516,16 @@ def _pool_capacity(row: Mapping[Any, Any]) -> float:
     return float(sum(row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
 
 
-def _workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The workload rows, most wasteful first, built a column at a time (a month holds ~50,000 pods):
-    used_gpu_hours 0 where unknown, as in _usage_rows."""
-    ordered = frame.sort_values(["waste_usd", "allocated_gpu_hours"], ascending=False)
+    used_gpu_hours 0 where unknown, as in _usage_rows. A frame with only some of the usage columns
+    (history.idle_workloads) gives rows with only those."""
+    tie = "allocated_gpu_hours" if "allocated_gpu_hours" in frame else "idle_gpu_hours"
+    ordered = frame.sort_values(["waste_usd", tie], ascending=False)
     columns: dict[str, list[Any]] = {k: ordered[k].astype("str").tolist() for k in _WORKLOAD_TEXT}
-    numbers = ordered[list(_WORKLOAD_NUMBERS)].astype("float64").fillna({"used_gpu_hours": 0.0})
-    columns.update({k: numbers[k].tolist() for k in _WORKLOAD_NUMBERS})
+    present = [k for k in _WORKLOAD_NUMBERS if k in ordered]
+    numbers = ordered[present].astype("float64").fillna({"used_gpu_hours": 0.0})
+    columns.update({k: numbers[k].tolist() for k in present})
     since = pd.to_datetime(ordered["idle_since"], utc=True)
     texts = since.dt.strftime(_ISO_FORMAT).tolist()
     columns["idle_since"] = [t if known else None for t, known in zip(texts, since.notna(), strict=True)]

@@ -10,6 +10,7 @@ Prometheus and on a real VictoriaMetrics holding the same history.
 """
 
 import math
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -104,9 +105,14 @@ def test_report_numbers_agree_for_the_fleet_each_team_and_pool(
         (
             "teams",
             "team",
-            ("allocated_gpu_hours", "idle_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd"),
+            ("allocated_gpu_hours", "idle_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd", "pods"),
         ),
-        ("pools", "pool", ("stranded_gpu_hours", "usd_per_gpu_hour")),
+        (
+            "namespaces",
+            "namespace",
+            ("allocated_gpu_hours", "idle_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd", "pods"),
+        ),
+        ("pools", "pool", ("stranded_gpu_hours", "usd_per_gpu_hour", "utilization")),
     ):
         got, expected = _rows(b, section, key), _rows(a, section, key)
         assert got.keys() == expected.keys(), section
@@ -230,6 +236,50 @@ def test_a_trend_reads_the_teams_and_coverage_of_the_whole_report_without_per_po
             assert got[key] == pytest.approx(expected[key], rel=1e-9), (got["team"], key)
 
 
+def test_the_pages_cheap_reads_are_the_whole_reports_rows(
+    fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str
+) -> None:
+    """On the recorded path over the whole fleet, what pages draw before (or instead of) every pod's
+    series is the whole report's: the headline, the summary's teams, namespaces and pools (from sums per
+    namespace and pool), the pool rows, the most wasteful workloads, the idle ones and the count of
+    workloads. None of it asks Prometheus for every pod's allocated or busy GE."""
+    service = _service(prom, kubeconfig, 0)
+    view = open_view(service, fleet.window, computed_at=NOW)
+    source = service.sources.recorded()
+    assert source is not None
+    sent: list[str] = []
+    query = source.query
+    source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]
+    cheap = {
+        "pools": view.pool_rows(),
+        "top": view.top_workloads(5),
+        "top_idle": view.top_idle_workloads(3),
+        "idle": view.idle_workloads(),
+        "summary": view.summary,
+        "count": view.workload_count(),
+    }
+    summed = [q for q in sent if "sum_over_time" in q and re.search("gpuwatch_pod_gpu_(allocation|used)", q)]
+    assert summed and all(
+        q.startswith("sum by (\n  namespace, team, pool\n)") or "pod=~" in q for q in summed
+    )
+    whole = open_view(_service(prom, kubeconfig, 0), fleet.window, computed_at=NOW).report
+    summary = cheap["summary"]
+    assert summary["fleet"] == whole["fleet"] == view.headline["fleet"]
+    _same_rows(summary["teams"], whole["teams"], ("team",))
+    _same_rows(summary["namespaces"], whole["namespaces"], ("namespace", "team"))
+    _same_rows(summary["pools"], whole["pools"], ("pool",))
+    _same_rows(cheap["pools"], whole["pools"], ("pool",))
+    assert cheap["count"] == len(whole["workloads"]) == sum(t["pods"] for t in whole["teams"]) > 0
+    wasteful = [w for w in whole["workloads"] if w["waste_usd"] > 0]
+    assert len(wasteful) >= 5  # the top rows come from the idle pods' series
+    _same_rows(cheap["top"], whole["workloads"][:5], ("namespace", "pod"))
+    assert cheap["top"][0].keys() == whole["workloads"][0].keys()
+    idle = [w for w in whole["workloads"] if w["idle_gpu_hours"] > 0]
+    _same_rows(cheap["top_idle"], wasteful[:3], ("namespace", "pod"))
+    _same_rows(_by_pod(cheap["idle"]), _by_pod(idle), ("namespace", "pod"))  # (ties in waste differ)
+    assert any(w["idle_since"] for w in cheap["idle"])
+
+
 FILLED = "id => (document.getElementById(id)?.innerText || '').includes('resolution')"
 PAGES = {  # path: (as-of line, KPI tiles or "")
     "/": (ids.OVERVIEW_AS_OF, ids.OVERVIEW_KPIS),
@@ -279,8 +329,29 @@ def test_every_page_draws_the_recorded_view_and_says_so(
         assert seen["recorded"] == seen["raw"], path
 
 
-def _near(value: float) -> Any:
-    return pytest.approx(value, rel=REL, abs=1e-6) if not math.isnan(value) else value
+def _near(value: float | None) -> Any:
+    return value if value is None or math.isnan(value) else pytest.approx(value, rel=REL, abs=1e-6)
+
+
+def _by_pod(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda w: (w["namespace"], w["pod"]))
+
+
+def _same_rows(got: list[dict[str, Any]], expected: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
+    """The same rows in the same order, numbers equal to 1e-9 (relative)."""
+    assert [tuple(r[k] for k in keys) for r in got] == [tuple(r[k] for k in keys) for r in expected]
+    for g, e in zip(got, expected, strict=True):
+        _same_row(g, e)
+
+
+def _same_row(got: dict[str, Any], expected: dict[str, Any]) -> None:
+    """got's fields equal expected's: numbers to 1e-9 (relative), anything else exactly."""
+    for key, value in got.items():
+        want = expected[key]
+        if isinstance(value, float) and isinstance(want, float):
+            assert value == pytest.approx(want, rel=1e-9, abs=1e-12), (got, key)
+        else:
+            assert value == want, (got, key)
 
 
 def _rows(report: dict[str, Any], section: str, key: str) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ from gpuwatch.history import assemble, merge_covered, wants_history
 from gpuwatch.model import PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render
 from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import HistorySums, day_span, window_pieces
+from gpuwatch.sources.prometheus import HistorySums, day_span, pod_totals, window_pieces
 
 POD = ("namespace", "pod", "team", "node", "pool")
 LABELS = {
@@ -68,7 +68,7 @@ def _sums(samples: Sequence[float] = SAMPLES, **rows: list[tuple[Any, ...]]) -> 
             | {"value": "float64"}
             | ({"piece": "int64"} if "piece" in columns else {})
         )
-    return HistorySums(pieces=pieces, **frames)
+    return HistorySums(pieces=pieces, **frames, **pod_totals(frames))
 
 
 def _fleet() -> HistorySums:

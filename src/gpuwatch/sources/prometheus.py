@@ -53,6 +53,8 @@ MAX_SAMPLES_PER_QUERY: Final = 50_000_000  # Prometheus' default --query.max-sam
 # churn one long query costs more than its days apart: 7 days of 1,000 GPUs at 5 min in one query
 # outlived the default 2 min --query.timeout (benchmarks/collect.py); a day at a time takes ~1/7 each.
 MAX_CHUNK_SECONDS: Final = 86_400.0
+# A range query over the roll-ups of a family without pods (teams, pools, nodes: no churn) spans a month.
+ROLLUP_CHUNK_SECONDS: Final = 31 * 86_400.0
 # Range-query chunks in flight at once: Prometheus evaluates them on separate cores while gpuwatch decodes
 # the answers; well under Prometheus' default --query.max-concurrency of 20.
 MAX_CONCURRENT_QUERIES: Final = 4
@@ -319,24 +321,34 @@ class PrometheusSource:
         ).frame()
 
     def range_points(
-        self, query: str, *, first: datetime, n: int, step_seconds: int, series_estimate: int = 0
+        self,
+        query: str,
+        *,
+        first: datetime,
+        n: int,
+        step_seconds: int,
+        series_estimate: int = 0,
+        span_seconds: float | None = None,
     ) -> Points:
         """Evaluate at first + k*step for k < n, in chunks of at most max_points_per_series points,
-        max_chunk_seconds and (with `series_estimate` series) max_samples_per_query samples; a chunk
-        Prometheus still refuses for too many samples is halved."""
+        max_chunk_seconds (or `span_seconds`) and (with `series_estimate` series) max_samples_per_query
+        samples; a chunk Prometheus still refuses for too many samples is halved."""
         if step_seconds <= 0:
             raise ConfigError(f"step must be positive, got {step_seconds}s")
-        per_chunk = self.chunk_points(series_estimate, step_seconds=step_seconds)
+        per_chunk = self.chunk_points(series_estimate, step_seconds=step_seconds, span_seconds=span_seconds)
         parts = []
         for a in range(0, max(n, 0), per_chunk):
             parts.append(self._range_chunk(query, first, a, min(n, a + per_chunk), step_seconds))
         return Points.concat(parts)
 
-    def chunk_points(self, series_estimate: int, *, step_seconds: int | None = None) -> int:
+    def chunk_points(
+        self, series_estimate: int, *, step_seconds: int | None = None, span_seconds: float | None = None
+    ) -> int:
         """Evaluation points per range-query chunk: under 11,000 per series and the samples limit, and
-        (given the step) spanning at most max_chunk_seconds."""
+        (given the step) spanning at most max_chunk_seconds (or `span_seconds`)."""
         by_samples = self.max_samples_per_query // max(1, series_estimate)
-        by_span = int(self.max_chunk_seconds // step_seconds) if step_seconds else self.max_points_per_series
+        span = span_seconds or self.max_chunk_seconds
+        by_span = int(span // step_seconds) if step_seconds else self.max_points_per_series
         return max(1, min(self.max_points_per_series, by_samples, by_span))
 
     def _range_chunk(self, query: str, first: datetime, a: int, b: int, step: int) -> Points:
@@ -661,6 +673,9 @@ class HistorySums:
     pod_last_allocated: pd.DataFrame  # ... GE at the pod's last sample in the piece
     pod_last_idle: pd.DataFrame  # ... idle-allocated GE at the pod's last sample in the piece *
     pod_idle_since: pd.DataFrame  # ... idle-since epoch seconds at the last sample that had one
+    # What the report needs of the pods without them (from the pod families when those were read):
+    namespace_sums: pd.DataFrame  # namespace, team, pool, family (NAMESPACE_FAMILIES): Σ GE of the pods
+    namespace_pods: pd.DataFrame  # namespace, team: distinct pods seen in the window (no `piece`)
     fragmentation_sum: pd.DataFrame  # pool: Σ fragmentation ratio
     fragmentation_count: pd.DataFrame  # pool: samples of the ratio
     fragmented_sum: pd.DataFrame  # pool: Σ fragmented GE (empty from exporters before it was published)
@@ -846,29 +861,177 @@ def _spans(a: datetime, b: datetime, seconds: int, rollup: str) -> list[tuple[da
     return spans
 
 
+# The per-pod families of HistorySums and their queries. A pod never idle or unknown in a piece, or not
+# idle at its last sample there, is left out of those families (read as 0): most of a month's ~50,000 pods.
+_ALLOCATION, _IDLE, _USED, _UNKNOWN = promql.POD_SUM_METRICS
+POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
+    "pod_allocated": partial(promql.pod_gpus_sum_query, _ALLOCATION),
+    "pod_idle": partial(promql.pod_gpus_sum_query, _IDLE, nonzero=True),
+    "pod_used": partial(promql.pod_gpus_sum_query, _USED),
+    "pod_unknown": partial(promql.pod_gpus_sum_query, _UNKNOWN, nonzero=True),
+    "pod_last_allocated": partial(promql.pod_gpus_last_query, _ALLOCATION),
+    "pod_last_idle": partial(promql.pod_gpus_last_query, _IDLE, nonzero=True),
+    "pod_idle_since": promql.pod_idle_since_last_query,
+}
+
+
+# namespace_sums' families: the pod family each sums.
+NAMESPACE_FAMILIES: Final = dict(
+    zip(("allocated", "idle", "used", "unknown"), promql.POD_SUM_METRICS, strict=True)
+)
+_PODS_SEEN: Final = "pods"  # PodFamilies.totals(): the pods counted
+
+
+class PodFamilies:
+    """The per-pod families of a window's pieces (only `teams`' pods, or only `pods` (namespace, pod),
+    when given), each read from Prometheus the first time it is asked for, then kept: a page that draws
+    a few pods' rows reads the families those rows need, not the ~50,000 pods of a month seven times
+    over."""
+
+    def __init__(
+        self,
+        source: PrometheusSource,
+        pieces: pd.DataFrame,
+        *,
+        teams: Sequence[str] = (),
+        pods: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.source = source
+        self.pieces = pieces
+        self.teams = tuple(teams)
+        self.pods = frozenset(pods)
+        self.matchers = [promql.one_of("team", self.teams)] if self.teams else []
+        if self.pods:  # a superset of the pods (namespace × pod): the exact ones are kept once read
+            self.matchers += [
+                promql.one_of("namespace", sorted({n for n, _ in self.pods})),
+                promql.one_of("pod", sorted({p for _, p in self.pods})),
+            ]
+        self._read: dict[str, Future[pd.DataFrame]] = {}
+        self._totals: dict[str, Future[pd.DataFrame]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, *names: str) -> dict[str, pd.DataFrame]:
+        """The families `names` (all of POD_FAMILIES when none), those not yet read side by side."""
+        return {n: f.result() for n, f in self.start(*names).items()}
+
+    def start(self, *names: str) -> dict[str, "Future[pd.DataFrame]"]:
+        """Start reading the families `names` (all when none) not yet read or being read; their futures."""
+        wanted = names or tuple(POD_FAMILIES)
+        with self._lock:
+            missing = [n for n in wanted if n not in self._read]
+            if missing:
+                pool = ThreadPoolExecutor(max_workers=min(len(missing), self.source.max_concurrent_queries))
+                for name in missing:
+                    self._read[name] = pool.submit(self._family, name)
+                pool.shutdown(wait=False)  # its threads end with their reads
+            return {n: self._read[n] for n in wanted}
+
+    def _family(self, name: str) -> pd.DataFrame:
+        query = partial(POD_FAMILIES[name], matchers=self.matchers)
+        frame = _family(self.source, self.pieces, query, _POD)
+        if not self.pods:
+            return frame
+        pairs = pd.MultiIndex.from_frame(frame[["namespace", "pod"]])
+        return frame[pairs.isin(list(self.pods))].reset_index(drop=True)
+
+    def totals(self, *families: str) -> dict[str, pd.DataFrame]:
+        """HistorySums' namespace_sums of `families` (of NAMESPACE_FAMILIES) and, when none are named, of
+        all with namespace_pods, each once and kept: the idle GE from the idle pods' family (a tenth of
+        the pods), the pods counted from their last allocations, the others summed by Prometheus (one row
+        per namespace, team, pool and piece)."""
+        wanted = families or (*NAMESPACE_FAMILIES, _PODS_SEEN)
+        with self._lock:
+            missing = [n for n in wanted if n not in self._totals]
+            if missing:
+                pool = ThreadPoolExecutor(max_workers=min(len(missing), self.source.max_concurrent_queries))
+                for name in missing:
+                    self._totals[name] = pool.submit(self._total, name)
+                pool.shutdown(wait=False)
+            futures = {n: self._totals[n] for n in wanted}
+        read = {n: f.result() for n, f in futures.items()}
+        parts = [read[n].assign(family=n) for n in wanted if n != _PODS_SEEN]
+        pods = read.get(_PODS_SEEN, _labelled(pd.DataFrame(), ("namespace", "team")).drop(columns="piece"))
+        return {"namespace_sums": pd.concat(parts, ignore_index=True), "namespace_pods": pods}
+
+    def _total(self, name: str) -> pd.DataFrame:
+        if name == _PODS_SEEN:
+            return _pods_seen(self.read("pod_last_allocated")["pod_last_allocated"])
+        if name == "idle":
+            return _per_namespace(self.read("pod_idle")["pod_idle"])
+        query = partial(promql.namespace_gpus_sum_query, NAMESPACE_FAMILIES[name], matchers=self.matchers)
+        return _family(self.source, self.pieces, query, ("namespace", "team", "pool"))
+
+
+class PodReader:
+    """The per-pod families of one window's pieces, read when asked for: every pod's or some teams'
+    (PodFamilies, kept per set of teams), or a few pods'."""
+
+    def __init__(self, source: PrometheusSource, pieces: pd.DataFrame) -> None:
+        self.source = source
+        self.pieces = pieces
+        self._teams: dict[tuple[str, ...], PodFamilies] = {}
+        self._lock = threading.Lock()
+
+    def of_teams(self, teams: tuple[str, ...] = ()) -> PodFamilies:
+        """Every pod's families (`teams`' only, when given), each read once."""
+        with self._lock:
+            if teams not in self._teams:
+                self._teams[teams] = PodFamilies(self.source, self.pieces, teams=teams)
+            return self._teams[teams]
+
+    def of_pods(self, pods: Sequence[tuple[str, str]]) -> PodFamilies:
+        """The families of these pods (namespace, pod) alone."""
+        return PodFamilies(self.source, self.pieces, pods=pods)
+
+
+def pod_totals(pods: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """HistorySums' namespace_sums and namespace_pods from its per-pod families."""
+    parts = [_per_namespace(pods[f"pod_{f}"]).assign(family=f) for f in NAMESPACE_FAMILIES]
+    return {
+        "namespace_sums": pd.concat(parts, ignore_index=True),
+        "namespace_pods": _pods_seen(pods["pod_last_allocated"]),
+    }
+
+
+def _per_namespace(pods: pd.DataFrame) -> pd.DataFrame:
+    """piece, namespace, team, pool, value: a pod family summed per namespace and pool."""
+    keys = ["piece", "namespace", "team", "pool"]
+    return pods.groupby(keys, as_index=False, sort=True).agg(value=("value", "sum"))
+
+
+def _pods_seen(last: pd.DataFrame) -> pd.DataFrame:
+    """namespace, team, value: the distinct pods (namespace, pod, team) of a family that names every pod
+    in each piece it held GPUs (the last allocation)."""
+    seen = last.drop_duplicates(["namespace", "pod", "team"])
+    counted = seen.groupby(["namespace", "team"], as_index=False).size().rename(columns={"size": "value"})
+    return counted.astype({"value": "float64"})
+
+
 def history_sums(
     source: PrometheusSource,
     window: Window,
     *,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
     pieces: pd.DataFrame | None = None,
-    pods: bool = True,
+    pods: PodFamilies | bool = True,
 ) -> HistorySums:
     """Every gpuwatch_* sum, count and last value the history report needs, piece by piece (server-side
     aggregation: per pod at most, never per GPU; history_pieces() says which pieces come from the hourly
-    roll-ups), and the latest published pending pods and capacity. pods=False leaves the per-pod
-    families empty (a team trend needs only the team, pool and node ones)."""
+    roll-ups), and the latest published pending pods and capacity.
+
+    pods=False leaves the per-pod families and what is counted from them (namespace_*) empty:
+    a team trend needs only the team, pool and node series, a view reads the rest when asked
+    (PodFamilies); pods=PodFamilies takes the families from it (read there when not yet)."""
 
     if pieces is None:
         pieces = history_pieces(source, window, piece_seconds=piece_seconds)
+    if pods is True:
+        pods = PodFamilies(source, pieces)
 
     pool = ThreadPoolExecutor(max_workers=source.max_concurrent_queries)
 
     def each(query: Callable[..., str], labels: Sequence[str], **kwargs: bool) -> "Future[pd.DataFrame]":
         return pool.submit(_family, source, pieces, query, labels, **kwargs)
-
-    def per_pod(query: Callable[..., str]) -> "Future[pd.DataFrame]":
-        return each(query, _POD) if pods else pool.submit(_labelled, pd.DataFrame(), _POD)
 
     def now(query: str, labels: Sequence[str]) -> "Future[pd.DataFrame]":
         return pool.submit(
@@ -878,26 +1041,15 @@ def history_sums(
     frag, price = (partial(promql.pool_sum_query, m) for m in promql.POOL_MEAN_METRICS)
     fragmented, free = (partial(promql.pool_sum_query, m) for m in promql.POOL_GE_METRICS)
     capacity, reporting = (partial(promql.node_sum_query, m) for m in promql.NODE_SUM_METRICS)
-    # A pod never idle or unknown in a piece, or not idle at its last sample there, is left out of those
-    # families (read as 0): most of a month's ~50,000 pods.
-    allocation, idle, used, unknown = (partial(promql.pod_gpus_sum_query, m) for m in promql.POD_SUM_METRICS)
-    idle, unknown = partial(idle, nonzero=True), partial(unknown, nonzero=True)
-    last_allocation, last_idle = (partial(promql.pod_gpus_last_query, m) for m in promql.POD_LAST_METRICS)
-    last_idle = partial(last_idle, nonzero=True)
+    empty_pods = _labelled(pd.DataFrame(), _POD)
     with pool:  # the families are read side by side (Prometheus evaluates each query on one core)
+        families = pool.submit(pods.read) if isinstance(pods, PodFamilies) else None
         reads = dict(
             pool_states=each(promql.pool_state_gpus_sum_query, ("pool", "state")),
             team_states=each(promql.team_state_gpus_sum_query, ("team", "state")),
             team_used=each(promql.team_used_gpus_sum_query, ("team",)),
             team_cost=each(promql.team_cost_sum_query, ("team",)),
             team_idle_cost=each(promql.team_cost_sum_query, ("team",), idle=True),
-            pod_allocated=per_pod(allocation),
-            pod_idle=per_pod(idle),
-            pod_used=per_pod(used),
-            pod_unknown=per_pod(unknown),
-            pod_last_allocated=per_pod(last_allocation),
-            pod_last_idle=per_pod(last_idle),
-            pod_idle_since=per_pod(promql.pod_idle_since_last_query),
             fragmentation_sum=each(frag, ("pool",)),
             fragmentation_count=each(frag, ("pool",), count=True),
             fragmented_sum=each(fragmented, ("pool",)),
@@ -911,7 +1063,9 @@ def history_sums(
             pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
             pending_waiting_now=now(promql.pending_pod_waiting_latest_query(), promql.PENDING_LABELS),
         )
-    return HistorySums(pieces=pieces, **{k: v.result() for k, v in reads.items()})
+    frames = {k: v.result() for k, v in reads.items()}
+    frames |= families.result() if families is not None else dict.fromkeys(POD_FAMILIES, empty_pods)
+    return HistorySums(pieces=pieces, **frames, **pod_totals(frames))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -978,6 +1132,13 @@ def pods_by_node_now(
     }
 
 
+def team_states_now(source: PrometheusSource, at: datetime) -> pd.DataFrame:
+    """team, state, value: GE each team held per allocated state as the exporter last published it."""
+    return _labelled(source.query(promql.team_state_gpus_latest_query(), at=at), ("team", "state")).drop(
+        columns="piece"
+    )
+
+
 def node_states_now(source: PrometheusSource, at: datetime) -> pd.DataFrame:
     """node, pool, state, value: GE of each node per ledger state as the exporter last published it."""
     return _labelled(
@@ -1005,41 +1166,41 @@ def _read_pieces(
 ) -> pd.DataFrame:
     """build(range, grid, rollup) evaluated at the end of every piece: each run of back-to-back pieces of
     one length, grid and form in one range query (step = the piece), a piece alone as an instant query.
-    Frame: piece, labels, value."""
+    A range query of a family without per-pod labels from the roll-ups may span a month (a few series,
+    no churn); any other spans a day at most (MAX_CHUNK_SECONDS). Frame: piece, labels, value."""
     parts = []
     run: list[int] = []
+    ids = pieces["piece"].to_numpy()
+    ends = pd.DatetimeIndex(pieces["end"])
+    forms = list(zip(pieces["seconds"], pieces["grid_seconds"], pieces["rollup"], strict=True))
 
     def flush() -> None:
         if not run:
             return
-        first = pieces.iloc[run[0]]
-        seconds, grid, rollup = float(first["seconds"]), int(first["grid_seconds"]), str(first["rollup"])
+        seconds, grid, rollup = float(forms[run[0]][0]), int(forms[run[0]][1]), str(forms[run[0]][2])
         query = build(seconds, grid, rollup)
-        ids = pieces["piece"].to_numpy()[run]
         # Roll-ups are read half their period after the piece's end: no sample sits on a range's edge,
         # which Prometheus 2 takes in and VictoriaMetrics leaves out (an hour's sample sits at its end; a
         # day's, evaluated at a phase of its own, less than half a day after the end of its hours).
-        at = first["end"] + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[rollup] / 2 if rollup else 0)
+        at = ends[run[0]] + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[rollup] / 2 if rollup else 0)
         if len(run) == 1:
-            parts.append(source.query(query, at=at.to_pydatetime()).assign(piece=ids[0]))
+            parts.append(source.query(query, at=at.to_pydatetime()).assign(piece=ids[run[0]]))
         else:
+            span = ROLLUP_CHUNK_SECONDS if rollup and "pod" not in labels else None
             frame = source.range_points(
-                query, first=at.to_pydatetime(), n=len(run), step_seconds=round(seconds)
+                query, first=at.to_pydatetime(), n=len(run), step_seconds=round(seconds), span_seconds=span
             ).frame()
             offset = (frame["timestamp"] - at).dt.total_seconds() / seconds
-            parts.append(frame.assign(piece=ids[np.clip(np.round(offset), 0, len(run) - 1).astype("int64")]))
+            index = np.clip(np.round(offset), 0, len(run) - 1).astype("int64")
+            parts.append(frame.assign(piece=ids[run][index]))
         run.clear()
 
     for k in range(len(pieces)):
         if run:
-            a, b = pieces.iloc[run[-1]], pieces.iloc[k]
-            same = (a["seconds"], a["grid_seconds"], a["rollup"]) == (
-                b["seconds"],
-                b["grid_seconds"],
-                b["rollup"],
-            )
-            whole = float(a["seconds"]).is_integer()
-            if not (same and whole and b["end"] - a["end"] == pd.Timedelta(seconds=float(b["seconds"]))):
+            a = run[-1]
+            whole = float(forms[a][0]).is_integer()
+            next_to = ends[k] - ends[a] == pd.Timedelta(seconds=float(forms[k][0]))
+            if not (forms[a] == forms[k] and whole and next_to):
                 flush()
         run.append(k)
     flush()

@@ -305,14 +305,25 @@ def _on_grid(
 
 
 def _summed(
-    labels: Sequence[str], metric: str, function: str, seconds: float, resolution: int, rollup: str
+    labels: Sequence[str],
+    metric: str,
+    function: str,
+    seconds: float,
+    resolution: int,
+    rollup: str,
+    matchers: Sequence[Matcher] = (),
 ) -> str:
-    body = _on_grid(function, metric, seconds, resolution, rollup=rollup)
+    body = _on_grid(function, metric, seconds, resolution, matchers, rollup)
     if tuple(labels) == FAMILY_LABELS[metric]:
         return body  # one series per label set already
     if not labels:
         return f"sum (\n{textwrap.indent(body, '  ')}\n)"
     return _by("sum", [check_label_name(label) for label in labels], body)
+
+
+def _teams(teams: Sequence[str]) -> list[Matcher]:
+    """A matcher keeping `teams`' series (none: every team's)."""
+    return [one_of("team", teams)] if teams else []
 
 
 def _nonzero(query: str, nonzero: bool) -> str:
@@ -513,11 +524,18 @@ def team_cost_sum_query(
 
 
 def pod_gpus_sum_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = "", nonzero: bool = False
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    nonzero: bool = False,
+    matchers: Sequence[Matcher] = (),
 ) -> str:
     """GE per pod (allocated, idle-allocated, busy or unknown), summed over the grid points of the range.
     nonzero=True leaves out the pods whose sum is 0: most pods are never idle or without telemetry, and
     a month of a large fleet is ~50,000 pods a reader would otherwise receive and parse to add nothing.
+    `matchers`: only the pods' series they match (a team's, some pods').
 
     The same for gpuwatch_pod_gpu_idle, _used and _unknown;
     pod_gpus_sum_query("gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60) is::
@@ -537,7 +555,9 @@ def pod_gpus_sum_query(
         )
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
-    query = _summed(POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    query = _summed(
+        POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers
+    )
     return _nonzero(query, nonzero)
 
 
@@ -571,17 +591,49 @@ def team_pool_gpus_sum_query(
         )
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
-    matchers = [one_of("team", teams)] if teams else []
-    body = _on_grid("sum_over_time", metric, range_seconds, resolution_seconds, matchers, rollup)
+    body = _on_grid("sum_over_time", metric, range_seconds, resolution_seconds, _teams(teams), rollup)
     return _by("sum", ("team", "pool"), body)
 
 
+def namespace_gpus_sum_query(
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
+) -> str:
+    """GE of pods (allocated, idle-allocated, busy or unknown) per namespace, team and pool, summed over
+    the grid points of the range: a namespace's rows without its pods' (`matchers` as in
+    pod_gpus_sum_query).
+
+    The same for gpuwatch_pod_gpu_idle, _used and _unknown;
+    namespace_gpus_sum_query("gpuwatch_pod_gpu_used", range_seconds=86400, resolution_seconds=60,
+    rollup="day") is::
+
+        sum by (
+          namespace, team, pool
+        ) (
+          sum_over_time(day:gpuwatch_pod_gpu_used:sum_over_time[86399999ms])
+        )
+    """
+    metric = _one_of_metrics(metric, POD_SUM_METRICS)
+    labels = ("namespace", "team", "pool")
+    return _summed(labels, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
+
+
 def pod_gpus_last_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = "", nonzero: bool = False
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    nonzero: bool = False,
+    matchers: Sequence[Matcher] = (),
 ) -> str:
     """GE per pod (allocated or idle-allocated) at its last grid point in the range with a sample, one
     copy per series: after a failover the surviving replica's last word counts, not the dead one's.
-    nonzero=True leaves out the pods with 0 GE there (as pod_gpus_sum_query).
+    nonzero=True leaves out the pods with 0 GE there (`matchers` as in pod_gpus_sum_query).
 
     The same for gpuwatch_pod_gpu_idle;
     pod_gpus_last_query("gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60) is::
@@ -601,12 +653,15 @@ def pod_gpus_last_query(
         )
     """
     metric = _one_of_metrics(metric, POD_LAST_METRICS)
-    body = _on_grid("last_over_time", metric, range_seconds, resolution_seconds, rollup=rollup)
+    body = _on_grid("last_over_time", metric, range_seconds, resolution_seconds, matchers, rollup)
     return _nonzero(_by("sum", POD_HISTORY_LABELS, body), nonzero)
 
 
-def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
-    """Since when each pod was idle, at the last grid point in the range that said so.
+def pod_idle_since_last_query(
+    *, range_seconds: float, resolution_seconds: int, rollup: str = "", matchers: Sequence[Matcher] = ()
+) -> str:
+    """Since when each pod (whose series `matchers` match) was idle, at the last grid point in the range that
+    said so.
 
     pod_idle_since_last_query(range_seconds=86400, resolution_seconds=60) is::
 
@@ -621,7 +676,7 @@ def pod_idle_since_last_query(*, range_seconds: float, resolution_seconds: int, 
         )
     """
     metric = "gpuwatch_pod_gpu_idle_since_timestamp_seconds"
-    return _on_grid("last_over_time", metric, range_seconds, resolution_seconds, rollup=rollup)
+    return _on_grid("last_over_time", metric, range_seconds, resolution_seconds, matchers, rollup)
 
 
 def pool_sum_query(
@@ -686,6 +741,14 @@ def node_state_gpus_latest_query() -> str:
     max by (node, pool, state) (gpuwatch_node_gpus)
     """
     return one_copy(selector("gpuwatch_node_gpus"), "gpuwatch_node_gpus")
+
+
+def team_state_gpus_latest_query() -> str:
+    """GE each team holds per allocated ledger state now (instant query).
+
+    max by (team, state) (gpuwatch_team_gpus)
+    """
+    return one_copy(selector("gpuwatch_team_gpus"), "gpuwatch_team_gpus")
 
 
 def pod_gpus_by_node_latest_query(metric: str, *, teams: Sequence[str] = ()) -> str:

@@ -54,9 +54,26 @@ def create_app(
     register_download_callback()
     if users is not None:
         install_basic_auth(app.server, users)
+    _install_readiness(app.server, store)
     if warm:
         store.warm()
+    else:
+        store.warmed.set()
     return app
+
+
+READY_PATH = "/readyz"
+
+
+def _install_readiness(server: flask.Flask, store: ViewStore) -> None:
+    """GET /readyz: 200 once the default view is warm (the cluster listed, the watches following it),
+    503 before, for a readiness probe or a load balancer; it needs no login and tells nothing else."""
+
+    @server.route(READY_PATH)
+    def ready() -> flask.Response:
+        if store.warmed.is_set():
+            return flask.Response("ready\n", 200, mimetype="text/plain")
+        return flask.Response("warming up\n", 503, mimetype="text/plain", headers={"Retry-After": "2"})
 
 
 # -- serving --------------------------------------------------------------------------------------------
@@ -128,6 +145,8 @@ def install_basic_auth(server: flask.Flask, users: Mapping[str, bytes]) -> None:
     unknown = hashlib.sha256(b"\0unknown user\0").digest()
 
     def require_login() -> flask.Response | None:
+        if flask.request.path == READY_PATH:
+            return None
         auth = flask.request.authorization
         if auth is not None and auth.type == "basic" and auth.username is not None:
             given = hashlib.sha256((auth.password or "").encode()).digest()
@@ -265,8 +284,8 @@ def _options(filters: Filters) -> tuple[list[str], list[str], list[str]]:
         nodes = view.nodes()
         pools |= set(nodes["pool"])
         products |= set(nodes["product"])
-        teams |= {str(t["team"]) for t in view.report["teams"]} | {
-            str(p["team"]) for p in view.report["pending"]
+        teams |= {str(t["team"]) for t in view.headline["teams"]} | {
+            str(p["team"]) for p in view.headline["pending"]
         }
     return sorted(pools), sorted(products), sorted(teams)
 

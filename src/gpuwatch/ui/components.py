@@ -211,21 +211,24 @@ def table(
     note: str = "",
     downloadable: bool = True,
     query: str = "",
+    total: int | None = None,
 ) -> html.Section:
     """A titled table with CSV/Parquet downloads; long tables show their first `limit` rows.
 
-    `query` (the page's filters) is appended to links, so following one keeps the filters.
+    `query` (the page's filters) is appended to links, so following one keeps the filters. `total`: how
+    many rows the whole table has, when `rows` holds only its first ones.
     """
     shown = rows[:limit]
+    total = len(rows) if total is None else total
     if any(isinstance(r.get(c.key), html.Div | dcc.Graph) for r in shown for c in columns):
         head = html.Thead(html.Tr([html.Th(c.label, className="n" if c.numeric else None) for c in columns]))
         body = html.Tbody([html.Tr([_cell(c, r, query) for c in columns]) for r in shown])
         drawn: Any = html.Table([head, body], className="gw-table", id=ids.table_id(name))
     else:
         drawn = _html_table(ids.table_id(name), columns, shown, query)
-    more = (
-        f"showing {len(shown)} of {len(rows)} rows; downloads carry all of them" if len(rows) > limit else ""
-    )
+    more = ""
+    if total > len(shown):
+        more = f"showing {len(shown)} of {total:,} rows; downloads carry all of them"
     return html.Section(
         [
             html.Div(
@@ -309,7 +312,7 @@ def banners(outage: Outage | None, view: View | None) -> html.Div | None:
     stretches without recorded history."""
     shown = [
         banner(outage, view.window if view else None, view.computed_at if view else None),
-        coverage_banner(view.report if view else None),
+        coverage_banner(view.headline if view else None),
         history_banner(view),
     ]
     present = [b for b in shown if b is not None]

@@ -94,6 +94,7 @@ class ViewStore:
         self._latest: View | None = None
         self._timed: dict[Hashable, _Entry] = {}
         self._outage: Outage | None = None
+        self.warmed = threading.Event()  # set once warm() has run (readiness)
 
     # -- windows and failures ------------------------------------------------------------------
 
@@ -180,6 +181,16 @@ class ViewStore:
         if not scope.scoped:
             return base
         return self._cached((base.window, scope, base.computed_at), lambda: base.scoped(scope))
+
+    def narrowed(self, view: View, scope: Scope) -> View:
+        """`view` narrowed to `scope` (its own pools and products kept unless `scope` names some),
+        computed once."""
+        whole = Scope(
+            pools=scope.pools or view.scope.pools,
+            products=scope.products or view.scope.products,
+            teams=scope.teams,
+        )
+        return self._scoped(view, whole)
 
     def _cached(self, key: Hashable, build: Callable[[], View]) -> View:
         """The view under `key`, built once: callers asking for the same key meanwhile wait for it."""
@@ -275,7 +286,8 @@ class ViewStore:
     # -- warming --------------------------------------------------------------------------------
 
     def warm(self, filters: Filters | None = None) -> threading.Thread:
-        """Compute the default view, health and quotas in a background thread: the first visit is fast."""
+        """Compute the default view, health and quotas in a background thread (which also lists the
+        cluster the watches then follow): the first visit is fast. `warmed` is set when it ends."""
         wanted = filters or Filters()
 
         def run() -> None:
@@ -286,6 +298,8 @@ class ViewStore:
                 self.quotas()
             except Exception:  # a warm-up must never take the server down; the page will say what failed
                 log.exception("gpuwatch UI: warming the default view failed")
+            finally:
+                self.warmed.set()
 
         thread = threading.Thread(target=run, name="gpuwatch-warm", daemon=True)
         thread.start()

@@ -59,7 +59,7 @@ def idle_rows(view: View) -> list[dict[str, Any]]:
     end = view.window.end
     held = view.held_at_end()
     rows = []
-    for w in view.report["workloads"]:
+    for w in view.idle_workloads():
         if w["idle_since"] is None:
             continue
         now = (w["namespace"], w["pod"]) in held
@@ -88,7 +88,7 @@ def team_rows(
     quota = {} if quotas is None else {str(r["team"]): r for r in records(quotas)}
     change = {} if changes is None else {str(r["team"]): r for r in records(changes)}
     rows = []
-    for t in view.report["teams"]:
+    for t in view.summary["teams"]:
         q = quota.get(t["team"])
         hard = float(q["quota_gpus"]) if q is not None else None
         used = float(q["used_gpus"]) if q is not None else None

@@ -68,11 +68,18 @@ class FleetView(ABC):
     """One window under one scope: its report (SPEC §4.2) and the frames the pages draw.
 
     Every frame is O(groups × points drawn) or O(nodes); GE are GPU-equivalents, timelines are bucket
-    means (timestamp = bucket start). Both read paths return the same columns."""
+    means (timestamp = bucket start). Both read paths return the same columns.
 
-    def __init__(self, *, scope: Scope, report: Report, computed_at: datetime, read_path: ReadPath) -> None:
+    The report comes in three depths, each read when first asked for: `headline` (its fleet, pending
+    pods, coverage and team names are the report's), `summary` (also its teams', namespaces' and pools'
+    rows) and `report` (also every workload row). On the raw path all three are the one report; on the
+    recorded path over the whole fleet the headline needs no per-pod series, the summary has Prometheus
+    sum the pods' series per namespace and pool and count them, and only the report reads every pod's
+    series: pages draw the few workloads they show with top_workloads() and top_idle_workloads()."""
+
+    def __init__(self, *, scope: Scope, headline: Report, computed_at: datetime, read_path: ReadPath) -> None:
         self.scope = scope
-        self.report = report
+        self.headline = headline
         self.computed_at = computed_at
         self.read_path = read_path
         self._memo: dict[str, Any] = {}
@@ -142,6 +149,52 @@ class FleetView(ABC):
 
     # -- shared ---------------------------------------------------------------------------------
 
+    @property
+    def summary(self) -> Report:
+        """The headline with the report's team, namespace and pool rows (its workload rows may be
+        empty)."""
+        return self._cached("summary", self._summary)
+
+    def _summary(self) -> Report:
+        return self.headline
+
+    @property
+    def report(self) -> Report:
+        """The whole report: the summary with every namespace and workload row."""
+        return self._cached("report", self._whole_report)
+
+    def _whole_report(self) -> Report:
+        return self.summary
+
+    def idle_workloads(self) -> list[dict[str, Any]]:
+        """The report's workload rows with idle-allocated GPU-hours, most wasteful first; on the recorded
+        path over the whole fleet read from the idle pods' series alone, with namespace, pod, team,
+        node, pool, gpus, idle_gpu_hours, waste_usd and idle_since."""
+        return self._cached(
+            "idle_workloads", lambda: [w for w in self.report["workloads"] if w["idle_gpu_hours"] > 0]
+        )
+
+    def top_workloads(self, n: int) -> list[dict[str, Any]]:
+        """The report's first n workload rows (most wasteful, then most allocated, first); on the recorded
+        path over the whole fleet only those pods' series are read when n of them had waste."""
+        rows: list[dict[str, Any]] = self.report["workloads"][:n]
+        return rows
+
+    def pool_rows(self) -> list[dict[str, Any]]:
+        """The report's pool rows (on the recorded path over the whole fleet, of the pods' series only
+        their busy GE per pool is read)."""
+        rows: list[dict[str, Any]] = self.summary["pools"]
+        return rows
+
+    def workload_count(self) -> int:
+        """How many workload rows the report has."""
+        return sum(int(r["pods"]) for r in self.summary["namespaces"])
+
+    def top_idle_workloads(self, n: int) -> list[dict[str, Any]]:
+        """The n most wasteful idle_workloads() rows with waste (on the recorded path over the whole
+        fleet, only those n pods' series are read, once Prometheus named the candidates)."""
+        return [w for w in self.idle_workloads() if w["waste_usd"] > 0][:n]
+
     def history_gaps(self) -> list[str]:
         """One line per stretch of the window its read path has no record of (raw: none)."""
         return []
@@ -173,7 +226,7 @@ class FleetView(ABC):
     def team_changes(self, previous: Report) -> pd.DataFrame:
         """Per team, the change since `previous`, the report of the window just before this one (see
         team_changes)."""
-        return self._cached("team_changes", lambda: team_changes(self.report, previous))
+        return self._cached("team_changes", lambda: team_changes(self.summary, previous))
 
 
 def bucketed(

@@ -21,7 +21,7 @@ class RawView(FleetView):
         self.analysis = filter_analysis(analysis, scope)
         path = ReadPath(recorded=False, resolution_seconds=analysis.window.step_seconds)
         super().__init__(
-            scope=scope, report=build_report(self.analysis), computed_at=computed_at, read_path=path
+            scope=scope, headline=build_report(self.analysis), computed_at=computed_at, read_path=path
         )
 
     @property

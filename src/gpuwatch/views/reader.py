@@ -4,22 +4,27 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import Final
 
-from gpuwatch.history import assemble, read_sums, scope_sums
+from gpuwatch.history import assemble, read_pieces, read_sums, scope_sums
 from gpuwatch.model import Window
 from gpuwatch.report import Report, build_history_report
 from gpuwatch.service import FleetService
 from gpuwatch.sources.prometheus import (
+    PodReader,
     PrometheusSource,
     history_timeline,
     node_states_now,
     pods_by_node_now,
     team_pool_timeline,
+    team_states_now,
 )
 from gpuwatch.sources.promql import ROLLUP_SECONDS
 from gpuwatch.views.base import FleetView, Scope, bucket_seconds
 from gpuwatch.views.raw import RawView
 from gpuwatch.views.recorded import Recorded, RecordedView
+
+PRESENT_STEP_SECONDS: Final = 60  # the recorded path's present: the raw path over the window's last minute
 
 
 def gpu_samples(gpus: float, window: Window) -> float:
@@ -67,7 +72,7 @@ def trend_report(service: FleetService, window: Window, scope: Scope, *, compute
     empty. Otherwise the window's whole view."""
     prometheus = service.sources.recorded()
     if prometheus is None or scope.pools or scope.products or not prefers_recorded(service, window):
-        return open_view(service, window, computed_at=computed_at).scoped(scope).report
+        return open_view(service, window, computed_at=computed_at).scoped(scope).summary
     sums = scope_sums(read_sums(prometheus, window, pods=False), teams=scope.teams)
     history = assemble(
         sums, window=window, settings=service.settings, source_warnings=prometheus.take_warnings()
@@ -83,24 +88,34 @@ def read_recorded(
     computed_at: datetime,
 ) -> Recorded:
     """Everything a recorded view draws for the window, read once for the whole fleet (the scoped
-    timelines and pods at the end when a scope first asks, once per set of teams). The reads go side by
-    side: Prometheus sums the window while this process builds the present from the API server."""
-    step = window.step_seconds
+    timelines and pods at the end when a scope first asks, once per set of teams; the per-pod families
+    when a page asks, PodReader). The reads go side by side: Prometheus sums the window while this
+    process builds the present from the API server. The idle pods' family, which the default page's
+    most wasteful workloads come from, starts reading with them."""
+    # One sample at the end, of the same length whatever the window's step: windows ending together
+    # (24 h, 7 d and 30 d up to now) share it.
+    step = min(window.step_seconds, PRESENT_STEP_SECONDS)
     last_step = Window(start=window.end - timedelta(seconds=step), end=window.end, step_seconds=step)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        sums = pool.submit(read_sums, prometheus, window)
+        pieces = pool.submit(read_pieces, prometheus, window)
         timeline_read = pool.submit(
             history_timeline, prometheus, window, bucket_seconds=recorded_bucket_seconds(window)
         )
         present = pool.submit(service.analysis, last_step)
         node_states = pool.submit(node_states_now, prometheus, window.end)
+        team_states = pool.submit(team_states_now, prometheus, window.end)
+        pods = PodReader(prometheus, pieces.result())
+        pods.of_teams().start("pod_idle")
+        sums = pool.submit(read_sums, prometheus, window, pieces=pods.pieces, pods=False)
     timeline = timeline_read.result()
     return Recorded(
         settings=service.settings,
         window=window,
         sums=sums.result(),
+        pods=pods,
         timeline=timeline,
         node_states=node_states.result(),
+        team_states=team_states.result(),
         team_pools=lru_cache(maxsize=16)(
             lambda teams: team_pool_timeline(prometheus, pieces=timeline.pieces, teams=teams)
         ),

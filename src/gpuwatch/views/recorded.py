@@ -6,18 +6,29 @@ pending pods) from one sample of the raw path at the window's end.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gpuwatch.config import Settings
-from gpuwatch.history import SampleHours, assemble, gap_warnings, node_telemetry_hours, scope_sums
+from gpuwatch.history import (
+    IDLE_FAMILIES,
+    History,
+    SampleHours,
+    assemble,
+    gap_warnings,
+    idle_workloads,
+    node_telemetry_hours,
+    scope_sums,
+    workload_table,
+)
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
-from gpuwatch.report import build_history_report
+from gpuwatch.report import Report, build_history_report, workload_rows
 from gpuwatch.service import Analysis
-from gpuwatch.sources.prometheus import HistorySums, HistoryTimeline
+from gpuwatch.sources.prometheus import HistorySums, HistoryTimeline, PodReader, pod_totals
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
 from gpuwatch.views.raw import holders
 
@@ -38,9 +49,11 @@ class Recorded:
 
     settings: Settings
     window: Window
-    sums: HistorySums  # per day-piece sums: the report
+    sums: HistorySums  # per day-piece sums of the report, the per-pod families left empty
+    pods: PodReader  # the per-pod families of the same pieces, read when asked for
     timeline: HistoryTimeline  # per bucket sums: what is drawn
     node_states: pd.DataFrame  # node, pool, state, value: GE per ledger state at the window's end
+    team_states: pd.DataFrame  # team, state, value: GE per allocated state at the window's end
     team_pools: TeamPools  # the pod families per bucket, team and pool, for scoped timelines
     pods_now: PodsNow  # the pod families per team, pool and node at the window's end
     present: Analysis  # one sample of the raw path at the window's end: nodes, holders, pending pods
@@ -49,7 +62,12 @@ class Recorded:
 
 
 class RecordedView(FleetView):
-    """A window as gpuwatch_* series recorded it, narrowed to a scope."""
+    """A window as gpuwatch_* series recorded it, narrowed to a scope.
+
+    Over the whole fleet the headline comes from the team, pool and node series alone, the summary adds
+    what Prometheus counts and sums of the pods, and the per-pod families are read when a page asks for
+    pod rows (`report`; only the idle pods' for idle_workloads()). A scoped view narrows the pods'
+    families (only its teams' are read) and is whole from the start."""
 
     def __init__(self, recorded: Recorded, *, scope: Scope | None = None) -> None:
         scope = scope or Scope()
@@ -58,21 +76,107 @@ class RecordedView(FleetView):
         self._pools = _scope_pools(scope, nodes)
         self._nodes = nodes if self._pools is None else nodes[nodes["pool"].isin(self._pools)]
         self._gaps_text = gap_warnings(recorded.timeline.pieces)
-        self.history = assemble(
-            scope_sums(recorded.sums, teams=scope.teams, pools=self._pools),
-            window=recorded.window,
-            settings=recorded.settings,
-            source_warnings=recorded.source_warnings,
-            gaps=self._gaps_text,
-        )
+        if scope.scoped:
+            sums = scope_sums(self._with_pods(scope.teams), teams=scope.teams, pools=self._pools)
+        else:
+            sums = recorded.sums
+        self.history = self._assembled(sums)
         pieces = recorded.timeline.pieces
         resolution = int(pieces["seconds"].max()) if len(pieces) else recorded.window.step_seconds
         super().__init__(
             scope=scope,
-            report=build_history_report(self.history),
+            headline=build_history_report(self.history),
             computed_at=recorded.computed_at,
             read_path=ReadPath(recorded=True, resolution_seconds=resolution),
         )
+
+    def _with_pods(self, teams: tuple[str, ...], *families: str) -> HistorySums:
+        """The recorded sums with the per-pod families `families` of `teams`' pods; all of them, and what
+        is counted from them (pod_totals), when none are named."""
+        read = self.recorded.pods.of_teams(teams).read(*families)
+        return replace(self.recorded.sums, **read, **({} if families else pod_totals(read)))
+
+    def _assembled(self, sums: HistorySums) -> History:
+        r = self.recorded
+        return assemble(
+            sums,
+            window=r.window,
+            settings=r.settings,
+            source_warnings=r.source_warnings,
+            gaps=self._gaps_text,
+        )
+
+    def _summary(self) -> Report:
+        if self.scope.scoped:
+            return self.headline
+        if "report" in self._memo:
+            return self.report
+        totals = self.recorded.pods.of_teams().totals()
+        return build_history_report(self._assembled(replace(self.recorded.sums, **totals)))
+
+    def pool_rows(self) -> list[dict[str, Any]]:
+        if self.scope.scoped or "summary" in self._memo or "report" in self._memo:
+            return super().pool_rows()
+
+        def compute() -> list[dict[str, Any]]:  # a pool's utilization needs its pods' busy GE alone
+            totals = self.recorded.pods.of_teams().totals("used")
+            rows: list[dict[str, Any]] = build_history_report(
+                self._assembled(replace(self.recorded.sums, **totals))
+            )["pools"]
+            return rows
+
+        return self._cached("pool_rows", compute)
+
+    def _whole_report(self) -> Report:
+        if self.scope.scoped:
+            return self.headline
+        return build_history_report(self._assembled(self._with_pods(())))
+
+    def idle_workloads(self) -> list[dict[str, Any]]:
+        if self.scope.scoped or "report" in self._memo:
+            return super().idle_workloads()
+        return self._cached("idle_workloads", lambda: self._idle_rows(self._with_pods((), *IDLE_FAMILIES)))
+
+    def top_idle_workloads(self, n: int) -> list[dict[str, Any]]:
+        if self.scope.scoped or "report" in self._memo or "idle_workloads" in self._memo:
+            return super().top_idle_workloads(n)
+
+        def compute() -> list[dict[str, Any]]:
+            # The idle pods' sums name the n most wasteful; the series of their last samples are then read
+            # for those n alone, and their rows computed as idle_workloads() does.
+            idle = self.recorded.pods.of_teams().read("pod_idle")
+            sums = replace(self.recorded.sums, **idle)
+            waste = idle_workloads(sums, settings=self.recorded.settings)
+            top = waste[waste["waste_usd"] > 0].nlargest(n, ["waste_usd", "idle_gpu_hours"])
+            pods = list(zip(top["namespace"], top["pod"], strict=True))
+            last = self.recorded.pods.of_pods(pods).read(*IDLE_FAMILIES[1:])
+            chosen = set(pods)
+            rows = self._idle_rows(replace(sums, **last))
+            return [w for w in rows if (w["namespace"], w["pod"]) in chosen][:n]
+
+        return self._cached(f"top_idle_workloads:{n}", compute)
+
+    def top_workloads(self, n: int) -> list[dict[str, Any]]:
+        if self.scope.scoped or "report" in self._memo:
+            return super().top_workloads(n)
+
+        def compute() -> list[dict[str, Any]]:
+            # The n most wasteful are the report's first n when n pods had waste (then sorted by waste):
+            # the idle pods' sums name them, and only their series are read. Else the whole report.
+            idle = self.recorded.pods.of_teams().read("pod_idle")
+            waste = idle_workloads(replace(self.recorded.sums, **idle), settings=self.recorded.settings)
+            top = waste[waste["waste_usd"] > 0].nlargest(n, ["waste_usd", "idle_gpu_hours"])
+            if len(top) < n:
+                return super(RecordedView, self).top_workloads(n)
+            pods = list(zip(top["namespace"], top["pod"], strict=True))
+            families = self.recorded.pods.of_pods(pods).read()
+            table = workload_table(replace(self.recorded.sums, **families), settings=self.recorded.settings)
+            return workload_rows(table)[:n]
+
+        return self._cached(f"top_workloads:{n}", compute)
+
+    def _idle_rows(self, sums: HistorySums) -> list[dict[str, Any]]:
+        return workload_rows(idle_workloads(sums, settings=self.recorded.settings))
 
     @property
     def window(self) -> Window:
@@ -246,6 +350,9 @@ class RecordedView(FleetView):
 
     def held_now(self) -> dict[str, float]:
         def compute() -> dict[str, float]:
+            if not self.scope.scoped:  # the team series say it: no pod read
+                held = self.recorded.team_states.groupby("team")["value"].sum()
+                return {str(k): float(v) for k, v in held.items()}
             allocated = self._in_pools(self.recorded.pods_now(self.scope.teams)[ALLOCATION])
             return {str(k): float(v) for k, v in allocated.groupby("team")["value"].sum().items()}
 

@@ -75,7 +75,7 @@ def pool_rows(view: View) -> list[dict[str, Any]]:
             "stranded_usd": p["stranded_gpu_hours"] * price.get(p["pool"], 0.0),
             "free_now": float(free_now.get(p["pool"], 0.0)),
         }
-        for p in view.report["pools"]
+        for p in view.pool_rows()
     ]
 
 
@@ -97,7 +97,7 @@ def pending_rows(view: View) -> list[dict[str, Any]]:
     end = view.window.end
     extra = {(r["namespace"], r["pod"]): r for r in records(view.pending_detail())}
     rows = []
-    for p in view.report["pending"]:
+    for p in view.headline["pending"]:
         more = extra.get((p["namespace"], p["pod"]), {})
         rows.append(
             {
@@ -134,12 +134,12 @@ PENDING_COLUMNS = [
 
 
 def _kpis(view: View, filters: Filters) -> list[html.Div]:
-    fleet = view.report["fleet"]
+    fleet = view.headline["fleet"]
     now = view.nodes_now()
     placeable = now[now["ready"] & now["schedulable"]]
     free = float(placeable["unallocated_ge"].sum() + placeable["stranded_ge"].sum())
-    largest = max((p["largest_free_block"] for p in view.report["pools"]), default=0.0)
-    pending = view.report["pending"]
+    largest = max((p["largest_free_block"] for p in view.pool_rows()), default=0.0)
+    pending = view.headline["pending"]
     fragmented = sum(1 for p in pending if p["blocked_by"] == "fragmentation")
     ratio = view.fragmentation_ratio()
     return [

@@ -178,7 +178,7 @@ def coverage_rows(view: View) -> pd.DataFrame:
 
 
 def _coverage(view: View) -> html.Div:
-    c = view.report["coverage"]
+    c = view.headline["coverage"]
     expected, present = c["gpu_samples_expected"], c["gpu_samples_present"]
     share = present / expected if expected else float("nan")
     source = c["util_source"]

@@ -62,9 +62,9 @@ def layout(**_query: str) -> html.Div:
 
 
 def _kpis(view: View, filters: Filters) -> list[html.Div]:
-    fleet = view.report["fleet"]
+    fleet = view.headline["fleet"]
     nodes = view.nodes()
-    pending = view.report["pending"]
+    pending = view.headline["pending"]
     return [
         kpi("GPUs", f"{fleet['gpus']}", "gpus", hint=f"on {len(nodes)} nodes"),
         capacity_kpi(
@@ -111,15 +111,15 @@ WASTE_COLUMNS = [
 
 
 def _top_waste(view: View, query: str) -> html.Section:
-    rows = [w for w in view.report["workloads"] if w["waste_usd"] > 0]
     return table(
         "overview-top-waste",
         "Top idle-allocated workloads",
         WASTE_COLUMNS,
-        rows,
+        view.top_idle_workloads(TOP),
         limit=TOP,
         empty_text="no idle-allocated GPU time in this window",
-        note="Allocated GPUs below the idle threshold for the whole idle window, by dollars in this window.",
+        note=f"Allocated GPUs below the idle threshold for the whole idle window: the {TOP} most wasteful "
+        "in this window, by dollars (the download has every one).",
         query=query,
     )
 

@@ -21,7 +21,7 @@ from gpuwatch.ui.components import (
     table,
     usd,
 )
-from gpuwatch.ui.data import Loaded
+from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter, report_group
 from gpuwatch.ui.filters import Filters, parse_query, to_query
 from gpuwatch.ui.rows import (
@@ -33,6 +33,7 @@ from gpuwatch.ui.rows import (
     quota_text,
     team_rows,
 )
+from gpuwatch.views.base import Scope
 
 
 def _title(team: str | None = None) -> str:
@@ -63,6 +64,11 @@ def load_team(search: str | None, team: str) -> tuple[Filters, Loaded]:
     return filters, current_store().load(filters)
 
 
+def team_view(view: View, team: str) -> View:
+    """The view narrowed to the team: its namespace and workload rows are the team's, read alone."""
+    return current_store().narrowed(view, Scope(teams=(team,)))
+
+
 PENDING_COLUMNS = [
     Column("namespace", "namespace"),
     Column("pod", "pod"),
@@ -75,13 +81,13 @@ PENDING_COLUMNS = [
 @exporter("team-namespaces")
 def _export_namespaces(loaded: Loaded, _filters: Filters, team: str) -> Export:
     assert loaded.view is not None
-    return report_group(loaded.view.report, "namespace", team=team)
+    return report_group(team_view(loaded.view, team).report, "namespace", team=team)
 
 
 @exporter("team-workloads")
 def _export_workloads(loaded: Loaded, _filters: Filters, team: str) -> Export:
     assert loaded.view is not None
-    return report_group(loaded.view.report, "workload", team=team)
+    return report_group(team_view(loaded.view, team).report, "workload", team=team)
 
 
 def render(team: str, search: str | None) -> tuple[Any, ...]:
@@ -94,7 +100,7 @@ def render(team: str, search: str | None) -> tuple[Any, ...]:
     )
     if view is None:
         return (*head, [], figures.empty("no data yet"), None)
-    report = view.report
+    report = team_view(view, team).report
     row = next((r for r in team_rows(view, quota_frame()) if r["team"] == team), None)
     timeline = view.team_timeline()
     trend = figures.team_trend(timeline[timeline["team"] == team])
@@ -110,7 +116,7 @@ def render(team: str, search: str | None) -> tuple[Any, ...]:
         kpi("cost", usd(row["cost_usd"]), "team-cost"),
         kpi("idle-allocated waste", usd(row["waste_usd"]), "team-waste", tone="gw-warn"),
     ]
-    mine = [r for r in idle_rows(view) if r["team"] == team]
+    mine = [r for r in idle_rows(team_view(view, team)) if r["team"] == team]
     tables = [
         table(
             "team-idle",

@@ -1,5 +1,6 @@
 """Waste page: what idle, unallocated and stranded GPUs cost, by team, namespace and workload."""
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dash
@@ -28,6 +29,9 @@ from gpuwatch.ui.rows import IDLE_COLUMNS, NAMESPACE_COLUMNS, TEAM_COLUMNS, WORK
 dash.register_page(__name__, path="/waste", name="Waste", title="gpuwatch · Waste", order=3)
 
 
+TOP_ROWS = 25  # rows each table shows (its download has them all)
+
+
 def layout(**_query: str) -> html.Div:
     return page(
         "Waste",
@@ -54,7 +58,7 @@ def layout(**_query: str) -> html.Div:
 
 
 def _kpis(view: View, filters: Filters) -> list[html.Div]:
-    fleet = view.report["fleet"]
+    fleet = view.headline["fleet"]
     idle_now = sum(1 for r in idle_rows(view) if r["idle_now"])
     return [
         kpi("idle-allocated waste", usd(fleet["waste_usd"]), "waste", tone="gw-warn"),
@@ -73,14 +77,14 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
 
 
 def _tables(view: View, query: str) -> list[html.Section]:
-    report = view.report
+    summary = view.summary
     return [
         table(
             "waste-idle",
             "Top idle workloads",
             IDLE_COLUMNS,
             idle_rows(view),
-            limit=25,
+            limit=TOP_ROWS,
             empty_text="no workload is idle",
             query=query,
             note="Idle: every GPU the workload holds stayed below the idle threshold for the whole idle "
@@ -90,7 +94,7 @@ def _tables(view: View, query: str) -> list[html.Section]:
             "waste-teams",
             "Waste by team",
             TEAM_COLUMNS,
-            report["teams"],
+            summary["teams"],
             empty_text="no GPU workloads",
             query=query,
         ),
@@ -98,8 +102,8 @@ def _tables(view: View, query: str) -> list[html.Section]:
             "waste-namespaces",
             "Waste by namespace",
             NAMESPACE_COLUMNS,
-            report["namespaces"],
-            limit=25,
+            summary["namespaces"],
+            limit=TOP_ROWS,
             empty_text="no GPU workloads",
             query=query,
         ),
@@ -107,10 +111,11 @@ def _tables(view: View, query: str) -> list[html.Section]:
             "waste-workloads",
             "Waste by workload",
             WORKLOAD_COLUMNS,
-            report["workloads"],
-            limit=25,
+            view.top_workloads(TOP_ROWS),
+            limit=TOP_ROWS,
             empty_text="no GPU workloads",
             query=query,
+            total=view.workload_count(),
         ),
     ]
 
@@ -124,13 +129,13 @@ def _export_idle(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
 @exporter("waste-teams")
 def _export_teams(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
-    return report_group(loaded.view.report, "team")
+    return report_group(loaded.view.summary, "team")
 
 
 @exporter("waste-namespaces")
 def _export_namespaces(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
-    return report_group(loaded.view.report, "namespace")
+    return report_group(loaded.view.summary, "namespace")
 
 
 @exporter("waste-workloads")
@@ -146,11 +151,19 @@ def render(search: str | None) -> tuple[Any, ...]:
     if view is None:
         blank = figures.empty("no data yet")
         return (*head, [], blank, blank, None)
+    # The page's reads of the pods' series go side by side: Prometheus sums them on every core.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        reads = [
+            pool.submit(read)
+            for read in (lambda: view.summary, view.idle_workloads, lambda: view.top_workloads(TOP_ROWS))
+        ]
+    for read in reads:
+        read.result()
     return (
         *head,
         _kpis(view, filters),
         figures.ledger_usd_bar(view.state_usd()),
-        figures.waste_treemap(view.report["workloads"]),
+        figures.waste_treemap(view.idle_workloads()),
         _tables(view, to_query(filters)),
     )
 
