@@ -14,6 +14,7 @@ from gpuwatch.service import FleetService
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
 from gpuwatch.ui.app import load_users
+from gpuwatch.ui.components import STORE_KEY
 from tests.integration.browser import browser_page, settle
 from tests.integration.ui_server import serve_app
 
@@ -55,6 +56,25 @@ def test_basic_auth_guards_every_route(tmp_path: Path, caplog: pytest.LogCapture
             assert page.inner_text("#kpi-gpus") == "80"
             assert errors == []
     assert "s3cret" not in caplog.text and "hunter2" not in caplog.text
+
+
+def test_readiness_needs_no_login_and_waits_for_the_warm_default_view(tmp_path: Path) -> None:
+    """/readyz: 503 until the default view is warm, then 200; a probe needs no credentials for it, and
+    it tells nothing of the fleet."""
+    users = tmp_path / "users"
+    users.write_text("alice:s3cret\n", encoding="utf-8")
+    fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
+    app = create_app(FleetService.demo(Settings(), fleet), auth_file=str(users), warm=False)
+    store = app.server.config[STORE_KEY]
+    with serve_app(app) as url:
+        assert _get(url + "/")[0] == 401
+        store.warmed.clear()  # as while warm() computes the default view
+        status, headers, body = _get(url + "/readyz")
+        assert (status, body, headers["Retry-After"]) == (503, b"warming up\n", "2")
+        thread = store.warm()
+        thread.join(timeout=120)
+        status, _, body = _get(url + "/readyz")
+        assert (status, body) == (200, b"ready\n")
 
 
 @pytest.mark.parametrize(

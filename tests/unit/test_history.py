@@ -12,9 +12,9 @@ import pytest
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
-from gpuwatch.history import assemble, merge_covered, wants_history
+from gpuwatch.history import IDLE_FAMILIES, assemble, idle_workloads, merge_covered, wants_history
 from gpuwatch.model import PriceBook, Window
-from gpuwatch.report import build_history_report, json_schema, render
+from gpuwatch.report import build_history_report, json_schema, render, workload_rows
 from gpuwatch.sources import promql
 from gpuwatch.sources.prometheus import HistorySums, day_span, pod_totals, window_pieces
 
@@ -195,6 +195,36 @@ def test_workloads_last_values_and_idle_since(report: dict[str, Any]) -> None:
     assert pods["nb-ds"]["unknown_gpu_hours"] == pytest.approx(2.0)
     assert pods["train-0"]["gpus"] == 6.0 and pods["train-0"]["used_gpu_hours"] == pytest.approx(72.0)
     assert pods["train-0"]["idle_since"] is None
+
+
+def _without(sums: HistorySums, *families: str) -> HistorySums:
+    """sums with the per-pod `families` emptied (as a view that has not read them holds them)."""
+    return replace(sums, **{f: getattr(sums, f).iloc[0:0] for f in families})
+
+
+def test_idle_workloads_from_the_idle_families_alone(report: dict[str, Any]) -> None:
+    """The idle pods' rows from their families and the last allocations, nothing else: the report's."""
+    sums = _without(_fleet(), "pod_allocated", "pod_used", "pod_unknown")
+    rows = workload_rows(idle_workloads(sums, settings=SETTINGS))
+    assert [w["pod"] for w in rows] == ["nb-0", "nb-ds"]  # train-0 was never idle
+    whole = {w["pod"]: w for w in report["workloads"]}
+    for row in rows:
+        assert row == {k: pytest.approx(whole[row["pod"]][k]) for k in row}
+    assert rows[0]["idle_since"] == "2026-11-18T23:40:00Z" and rows[0]["waste_usd"] == pytest.approx(384.0)
+    assert set(IDLE_FAMILIES) == {"pod_idle", "pod_last_allocated", "pod_last_idle", "pod_idle_since"}
+
+
+def test_the_summary_needs_the_sums_per_namespace_not_the_pods(report: dict[str, Any]) -> None:
+    """With only the pods' sums per namespace and pool and their count (what Prometheus sums for a
+    summary), the teams' pods, the namespaces and the pools' utilization are the whole report's."""
+    pods = ("pod_allocated", "pod_idle", "pod_used", "pod_unknown", "pod_last_allocated", "pod_last_idle")
+    summary = build_history_report(
+        assemble(_without(_fleet(), *pods, "pod_idle_since"), window=WINDOW, settings=SETTINGS)
+    )
+    assert summary["workloads"] == []
+    for section in ("teams", "namespaces", "pools"):
+        assert summary[section] == [pytest.approx(row) for row in report[section]], section
+    assert [(n["namespace"], n["pods"]) for n in summary["namespaces"]] == [("llm", 2), ("ds", 1)]
 
 
 def test_pods_left_out_of_the_idle_and_unknown_families_count_as_zero(report: dict[str, Any]) -> None:

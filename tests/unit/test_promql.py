@@ -102,6 +102,13 @@ def test_docstrings_show_the_exact_queries() -> None:
             promql.node_sum_query,
             promql.node_sum_query("gpuwatch_node_gpu_capacity", range_seconds=86400, resolution_seconds=60),
         ),
+        (
+            promql.namespace_gpus_sum_query,
+            promql.namespace_gpus_sum_query(
+                "gpuwatch_pod_gpu_used", range_seconds=86400, resolution_seconds=60, rollup="day"
+            ),
+        ),
+        (promql.team_state_gpus_latest_query, promql.team_state_gpus_latest_query()),
     ]:
         doc = (builder.__doc__ or "").split("\n", 1)[1]
         shown = textwrap.dedent(doc.split("::\n", 1)[1] if "::\n" in doc else doc).strip()
@@ -184,3 +191,19 @@ def test_every_gpuwatch_read_keeps_one_copy_of_each_series() -> None:
     # Sums over time run on a grid: the max is taken at each grid point, not once per series.
     grid = promql.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=30)
     assert grid.endswith("[3599999ms:30s])") and "avg_over_time(gpuwatch_pool_gpus[29999ms])" in grid
+
+
+def test_a_pod_family_read_for_some_pods_or_a_team_carries_their_matchers() -> None:
+    pods = [promql.one_of("namespace", ["ml"]), promql.one_of("pod", ["a.b", "c"])]
+    query = promql.pod_gpus_last_query(
+        "gpuwatch_pod_gpu_idle", range_seconds=86400, resolution_seconds=60, rollup="day", matchers=pods
+    )
+    assert 'day:gpuwatch_pod_gpu_idle:last_over_time{namespace=~"ml", pod=~"a\\\\.b|c"}[86399999ms]' in query
+    team = [promql.one_of("team", ["nlp"])]
+    since = promql.pod_idle_since_last_query(range_seconds=3600, resolution_seconds=60, matchers=team)
+    assert 'gpuwatch_pod_gpu_idle_since_timestamp_seconds{team=~"nlp"}[59999ms]' in since
+    summed = promql.namespace_gpus_sum_query(
+        "gpuwatch_pod_gpu_allocation", range_seconds=3600, resolution_seconds=60, matchers=team
+    )
+    assert summed.startswith("sum by (\n  namespace, team, pool\n)")
+    assert 'avg_over_time(gpuwatch_pod_gpu_allocation{team=~"nlp"}[59999ms])' in summed
