@@ -17,7 +17,6 @@ from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     HistorySums,
-    PodFamilies,
     PrometheusSource,
     history_pieces,
     history_sums,
@@ -107,7 +106,7 @@ def read_sums(
     *,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
     pieces: pd.DataFrame | None = None,
-    pods: PodFamilies | bool = True,
+    pods: bool = True,
 ) -> HistorySums:
     """history_sums() of the window over read_pieces() (or `pieces`)."""
     if pieces is None:

@@ -518,17 +518,20 @@ def _pool_capacity(row: Mapping[Any, Any]) -> float:
 
 def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The workload rows, most wasteful first, built a column at a time (a month holds ~50,000 pods):
-    used_gpu_hours 0 where unknown, as in _usage_rows. A frame with only some of the usage columns
+    used_gpu_hours 0 where unknown, as in _usage_rows. A frame with only some of the columns
     (history.idle_workloads) gives rows with only those."""
     tie = "allocated_gpu_hours" if "allocated_gpu_hours" in frame else "idle_gpu_hours"
     ordered = frame.sort_values(["waste_usd", tie], ascending=False)
-    columns: dict[str, list[Any]] = {k: ordered[k].astype("str").tolist() for k in _WORKLOAD_TEXT}
+    columns: dict[str, list[Any]] = {
+        k: ordered[k].astype("str").tolist() for k in _WORKLOAD_TEXT if k in ordered
+    }
     present = [k for k in _WORKLOAD_NUMBERS if k in ordered]
     numbers = ordered[present].astype("float64").fillna({"used_gpu_hours": 0.0})
     columns.update({k: numbers[k].tolist() for k in present})
-    since = pd.to_datetime(ordered["idle_since"], utc=True)
-    texts = since.dt.strftime(_ISO_FORMAT).tolist()
-    columns["idle_since"] = [t if known else None for t, known in zip(texts, since.notna(), strict=True)]
+    if "idle_since" in ordered:
+        since = pd.to_datetime(ordered["idle_since"], utc=True)
+        texts = since.dt.strftime(_ISO_FORMAT).tolist()
+        columns["idle_since"] = [t if known else None for t, known in zip(texts, since.notna(), strict=True)]
     names = list(columns)
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 

@@ -242,7 +242,8 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
     """On the recorded path over the whole fleet, what pages draw before (or instead of) every pod's
     series is the whole report's: the headline, the summary's teams, namespaces and pools (from sums per
     namespace and pool), the pool rows, the most wasteful workloads, the idle ones and the count of
-    workloads. None of it asks Prometheus for every pod's allocated or busy GE."""
+    workloads, those idle now and the count of workloads. None of it asks Prometheus for every pod's
+    allocated or busy GE."""
     service = _service(prom, kubeconfig, 0)
     view = open_view(service, fleet.window, computed_at=NOW)
     source = service.sources.recorded()
@@ -254,15 +255,17 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
         "pools": view.pool_rows(),
         "top": view.top_workloads(5),
         "top_idle": view.top_idle_workloads(3),
+        "idle_now": view.idle_now(),
+        "idle_waste": view.idle_waste(),
         "idle": view.idle_workloads(),
         "summary": view.summary,
         "count": view.workload_count(),
     }
     summed = [q for q in sent if "sum_over_time" in q and re.search("gpuwatch_pod_gpu_(allocation|used)", q)]
-    assert summed and all(
-        q.startswith("sum by (\n  namespace, team, pool\n)") or "pod=~" in q for q in summed
-    )
-    whole = open_view(_service(prom, kubeconfig, 0), fleet.window, computed_at=NOW).report
+    per_namespace = ("sum by (\n  namespace, team, pool\n)", "count by (namespace, team)")
+    assert summed and all(q.startswith(per_namespace) or "pod=~" in q for q in summed)
+    whole_view = open_view(_service(prom, kubeconfig, 0), fleet.window, computed_at=NOW)
+    whole = whole_view.report
     summary = cheap["summary"]
     assert summary["fleet"] == whole["fleet"] == view.headline["fleet"]
     _same_rows(summary["teams"], whole["teams"], ("team",))
@@ -277,6 +280,11 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
     idle = [w for w in whole["workloads"] if w["idle_gpu_hours"] > 0]
     _same_rows(cheap["top_idle"], wasteful[:3], ("namespace", "pod"))
     _same_rows(_by_pod(cheap["idle"]), _by_pod(idle), ("namespace", "pod"))  # (ties in waste differ)
+    held = whole_view.held_at_end()
+    now = [w for w in idle if w["idle_since"] and (w["namespace"], w["pod"]) in held]
+    assert 0 < len(now) < len(idle)
+    _same_rows(_by_pod(cheap["idle_now"]), _by_pod(now), ("namespace", "pod"))
+    _same_rows(_by_pod(cheap["idle_waste"]), _by_pod(idle), ("namespace", "pod"))
     assert any(w["idle_since"] for w in cheap["idle"])
 
 

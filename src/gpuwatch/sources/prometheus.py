@@ -937,8 +937,8 @@ class PodFamilies:
     def totals(self, *families: str) -> dict[str, pd.DataFrame]:
         """HistorySums' namespace_sums of `families` (of NAMESPACE_FAMILIES) and, when none are named, of
         all with namespace_pods, each once and kept: the idle GE from the idle pods' family (a tenth of
-        the pods), the pods counted from their last allocations, the others summed by Prometheus (one row
-        per namespace, team, pool and piece)."""
+        the pods), the others summed and the pods counted by Prometheus (one row per namespace, team,
+        pool and piece)."""
         wanted = families or (*NAMESPACE_FAMILIES, _PODS_SEEN)
         with self._lock:
             missing = [n for n in wanted if n not in self._totals]
@@ -955,7 +955,7 @@ class PodFamilies:
 
     def _total(self, name: str) -> pd.DataFrame:
         if name == _PODS_SEEN:
-            return _pods_seen(self.read("pod_last_allocated")["pod_last_allocated"])
+            return _namespace_pods(self.source, self.pieces, self.matchers)
         if name == "idle":
             return _per_namespace(self.read("pod_idle")["pod_idle"])
         query = partial(promql.namespace_gpus_sum_query, NAMESPACE_FAMILIES[name], matchers=self.matchers)
@@ -970,6 +970,7 @@ class PodReader:
         self.source = source
         self.pieces = pieces
         self._teams: dict[tuple[str, ...], PodFamilies] = {}
+        self._end: PodFamilies | None = None
         self._lock = threading.Lock()
 
     def of_teams(self, teams: tuple[str, ...] = ()) -> PodFamilies:
@@ -979,8 +980,30 @@ class PodReader:
                 self._teams[teams] = PodFamilies(self.source, self.pieces, teams=teams)
             return self._teams[teams]
 
+    def at_end(self) -> PodFamilies:
+        """Every pod's families over the window's last exporter interval alone (what it published last)."""
+        with self._lock:
+            if self._end is None:
+                grids = self.pieces["resolution_seconds"]  # the exporter interval (60 s at least if rolled)
+                seconds = int(grids.min()) if len(grids) else DEFAULT_HISTORY_RESOLUTION_SECONDS
+                end = pd.DataFrame(
+                    {
+                        "piece": [0],
+                        "end": [self.pieces["end"].max()],
+                        "seconds": [float(seconds)],
+                        "grid_seconds": [seconds],
+                        "rollup": [RAW],
+                        "resolution_seconds": [seconds],
+                        "samples": [1.0],
+                    }
+                )
+                self._end = PodFamilies(self.source, end)
+            return self._end
+
     def of_pods(self, pods: Sequence[tuple[str, str]]) -> PodFamilies:
-        """The families of these pods (namespace, pod) alone."""
+        """The families of these pods (namespace, pod) alone (at least one)."""
+        if not pods:
+            raise ValueError("of_pods() needs at least one pod")
         return PodFamilies(self.source, self.pieces, pods=pods)
 
 
@@ -1007,26 +1030,52 @@ def _pods_seen(last: pd.DataFrame) -> pd.DataFrame:
     return counted.astype({"value": "float64"})
 
 
+def _count_spans(pieces: pd.DataFrame) -> tuple[datetime, list[tuple[float, str, float]]]:
+    """The pieces as pods_seen_count_query spans (back-to-back pieces of one roll-up level in one), and
+    the time to evaluate it at: each span's offset is its read time (as _read_pieces) before that."""
+    runs: list[tuple[float, str, pd.Timestamp]] = []
+    for seconds, rollup, end in zip(pieces["seconds"], pieces["rollup"], pieces["end"], strict=True):
+        if runs and runs[-1][1] == rollup:
+            runs[-1] = (runs[-1][0] + float(seconds), str(rollup), end)
+        else:
+            runs.append((float(seconds), str(rollup), end))
+    ats = [end + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[r] / 2 if r else 0) for _, r, end in runs]
+    last = max(ats)
+    spans = [(seconds, r, (last - at).total_seconds()) for (seconds, r, _), at in zip(runs, ats, strict=True)]
+    return last.to_pydatetime(), spans
+
+
+def _namespace_pods(
+    source: PrometheusSource, pieces: pd.DataFrame, matchers: Sequence[promql.Matcher] = ()
+) -> pd.DataFrame:
+    """namespace, team, value: the distinct pods of each that held GPUs over the pieces (those whose
+    series `matchers` match), counted by Prometheus."""
+    keys = ("namespace", "team")
+    if not len(pieces):
+        return _labelled(pd.DataFrame(), keys).drop(columns="piece")
+    at, spans = _count_spans(pieces)
+    counted = source.query(promql.pods_seen_count_query(spans, by=keys, matchers=matchers), at=at)
+    return _labelled(counted, keys).drop(columns="piece")
+
+
 def history_sums(
     source: PrometheusSource,
     window: Window,
     *,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
     pieces: pd.DataFrame | None = None,
-    pods: PodFamilies | bool = True,
+    pods: bool = True,
 ) -> HistorySums:
     """Every gpuwatch_* sum, count and last value the history report needs, piece by piece (server-side
     aggregation: per pod at most, never per GPU; history_pieces() says which pieces come from the hourly
     roll-ups), and the latest published pending pods and capacity.
 
-    pods=False leaves the per-pod families and what is counted from them (namespace_*) empty:
-    a team trend needs only the team, pool and node series, a view reads the rest when asked
-    (PodFamilies); pods=PodFamilies takes the families from it (read there when not yet)."""
+    pods=False leaves the per-pod families and what is counted from them (namespace_*) empty: a team
+    trend needs only the team, pool and node series, and a view reads the rest as a page asks
+    (PodReader)."""
 
     if pieces is None:
         pieces = history_pieces(source, window, piece_seconds=piece_seconds)
-    if pods is True:
-        pods = PodFamilies(source, pieces)
 
     pool = ThreadPoolExecutor(max_workers=source.max_concurrent_queries)
 
@@ -1043,7 +1092,7 @@ def history_sums(
     capacity, reporting = (partial(promql.node_sum_query, m) for m in promql.NODE_SUM_METRICS)
     empty_pods = _labelled(pd.DataFrame(), _POD)
     with pool:  # the families are read side by side (Prometheus evaluates each query on one core)
-        families = pool.submit(pods.read) if isinstance(pods, PodFamilies) else None
+        families = pool.submit(PodFamilies(source, pieces).read) if pods else None
         reads = dict(
             pool_states=each(promql.pool_state_gpus_sum_query, ("pool", "state")),
             team_states=each(promql.team_state_gpus_sum_query, ("team", "state")),
@@ -1168,15 +1217,12 @@ def _read_pieces(
     one length, grid and form in one range query (step = the piece), a piece alone as an instant query.
     A range query of a family without per-pod labels from the roll-ups may span a month (a few series,
     no churn); any other spans a day at most (MAX_CHUNK_SECONDS). Frame: piece, labels, value."""
-    parts = []
-    run: list[int] = []
+    runs: list[list[int]] = []
     ids = pieces["piece"].to_numpy()
     ends = pd.DatetimeIndex(pieces["end"])
     forms = list(zip(pieces["seconds"], pieces["grid_seconds"], pieces["rollup"], strict=True))
 
-    def flush() -> None:
-        if not run:
-            return
+    def read(run: list[int]) -> pd.DataFrame:
         seconds, grid, rollup = float(forms[run[0]][0]), int(forms[run[0]][1]), str(forms[run[0]][2])
         query = build(seconds, grid, rollup)
         # Roll-ups are read half their period after the piece's end: no sample sits on a range's edge,
@@ -1184,26 +1230,29 @@ def _read_pieces(
         # day's, evaluated at a phase of its own, less than half a day after the end of its hours).
         at = ends[run[0]] + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[rollup] / 2 if rollup else 0)
         if len(run) == 1:
-            parts.append(source.query(query, at=at.to_pydatetime()).assign(piece=ids[run[0]]))
-        else:
-            span = ROLLUP_CHUNK_SECONDS if rollup and "pod" not in labels else None
-            frame = source.range_points(
-                query, first=at.to_pydatetime(), n=len(run), step_seconds=round(seconds), span_seconds=span
-            ).frame()
-            offset = (frame["timestamp"] - at).dt.total_seconds() / seconds
-            index = np.clip(np.round(offset), 0, len(run) - 1).astype("int64")
-            parts.append(frame.assign(piece=ids[run][index]))
-        run.clear()
+            return source.query(query, at=at.to_pydatetime()).assign(piece=ids[run[0]])
+        span = ROLLUP_CHUNK_SECONDS if rollup and "pod" not in labels else None
+        frame = source.range_points(
+            query, first=at.to_pydatetime(), n=len(run), step_seconds=round(seconds), span_seconds=span
+        ).frame()
+        offset = (frame["timestamp"] - at).dt.total_seconds() / seconds
+        index = np.clip(np.round(offset), 0, len(run) - 1).astype("int64")
+        return frame.assign(piece=ids[run][index])
 
     for k in range(len(pieces)):
-        if run:
-            a = run[-1]
+        if runs:
+            a = runs[-1][-1]
             whole = float(forms[a][0]).is_integer()
             next_to = ends[k] - ends[a] == pd.Timedelta(seconds=float(forms[k][0]))
-            if not (forms[a] == forms[k] and whole and next_to):
-                flush()
-        run.append(k)
-    flush()
+            if forms[a] == forms[k] and whole and next_to:
+                runs[-1].append(k)
+                continue
+        runs.append([k])
+    if len(runs) > 1:  # the runs (a month's hours, days and raw ends) side by side
+        with ThreadPoolExecutor(max_workers=min(len(runs), source.max_concurrent_queries)) as pool:
+            parts = list(pool.map(read, runs))
+    else:
+        parts = [read(run) for run in runs]
     return _labelled(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), labels)
 
 

@@ -657,6 +657,42 @@ def pod_gpus_last_query(
     return _nonzero(_by("sum", POD_HISTORY_LABELS, body), nonzero)
 
 
+def pods_seen_count_query(
+    spans: Sequence[tuple[float, str, float]],
+    *,
+    by: Sequence[str] = ("namespace", "team"),
+    matchers: Sequence[Matcher] = (),
+) -> str:
+    """How many distinct pods (namespace, pod, team) held GPUs at some sample of the spans, per `by`: each
+    span (range seconds, rollup, offset seconds) ends `offset` before the evaluation time and is read
+    from its roll-up level's allocation sums ("" raw). A pod seen in several spans, or under several
+    label sets, counts once; Prometheus returns one row per group, never one per pod. `matchers`: only
+    the pods' series they match.
+
+    pods_seen_count_query([(86400, "day", 1800), (3600, "", 0)]) is::
+
+        count by (namespace, team) (
+          group by (namespace, pod, team) (
+            last_over_time(day:gpuwatch_pod_gpu_allocation:sum_over_time[86399999ms] offset 1800s)
+            or
+            last_over_time(gpuwatch_pod_gpu_allocation[3599999ms])
+          )
+        )
+    """
+    if not spans:
+        raise ConfigError("a pod count needs at least one span")
+    metric = "gpuwatch_pod_gpu_allocation"
+    parts = []
+    for seconds, rollup, offset in spans:
+        name = selector(rollup_name(metric, "sum_over_time", rollup) if rollup else metric, matchers)
+        shift = f" offset {range_duration(offset)}" if round(offset * 1000) > 0 else ""
+        parts.append(f"last_over_time({name}[{range_duration(seconds - _MS)}]{shift})")
+    union = "\nor\n".join(parts)
+    labels = ", ".join(check_label_name(label) for label in by)
+    grouped = f"group by (namespace, pod, team) (\n{textwrap.indent(union, '  ')}\n)"
+    return f"count by ({labels}) (\n{textwrap.indent(grouped, '  ')}\n)"
+
+
 def pod_idle_since_last_query(
     *, range_seconds: float, resolution_seconds: int, rollup: str = "", matchers: Sequence[Matcher] = ()
 ) -> str:

@@ -212,11 +212,12 @@ def table(
     downloadable: bool = True,
     query: str = "",
     total: int | None = None,
+    more: str = "",
 ) -> html.Section:
     """A titled table with CSV/Parquet downloads; long tables show their first `limit` rows.
 
     `query` (the page's filters) is appended to links, so following one keeps the filters. `total`: how
-    many rows the whole table has, when `rows` holds only its first ones.
+    many rows the whole table has, when `rows` holds only its first ones; `more` says so in other words.
     """
     shown = rows[:limit]
     total = len(rows) if total is None else total
@@ -226,8 +227,7 @@ def table(
         drawn: Any = html.Table([head, body], className="gw-table", id=ids.table_id(name))
     else:
         drawn = _html_table(ids.table_id(name), columns, shown, query)
-    more = ""
-    if total > len(shown):
+    if not more and total > len(shown):
         more = f"showing {len(shown)} of {total:,} rows; downloads carry all of them"
     return html.Section(
         [

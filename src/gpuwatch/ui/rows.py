@@ -54,9 +54,20 @@ IDLE_COLUMNS = [
 ]
 
 
-def idle_rows(view: View) -> list[dict[str, Any]]:
-    """Workloads idle at their last sample, by waste: those still holding GPUs first ("idle now")."""
+def idle_rows(view: View, limit: int | None = None) -> list[dict[str, Any]]:
+    """Workloads idle at their last sample, by waste: those still holding GPUs first ("idle now"); with
+    a `limit`, at least its first `limit` rows (only those idle now, when as many are)."""
     end = view.window.end
+    idle_now = view.idle_now()
+    if limit is not None and len(idle_now) >= limit:
+        return [
+            {
+                **w,
+                "idle_for": since_text(pd.Timestamp(w["idle_since"]).to_pydatetime(), end),
+                "idle_now": True,
+            }
+            for w in idle_now[:limit]
+        ]
     held = view.held_at_end()
     rows = []
     for w in view.idle_workloads():

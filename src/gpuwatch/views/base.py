@@ -74,8 +74,9 @@ class FleetView(ABC):
     pods, coverage and team names are the report's), `summary` (also its teams', namespaces' and pools'
     rows) and `report` (also every workload row). On the raw path all three are the one report; on the
     recorded path over the whole fleet the headline needs no per-pod series, the summary has Prometheus
-    sum the pods' series per namespace and pool and count them, and only the report reads every pod's
-    series: pages draw the few workloads they show with top_workloads() and top_idle_workloads()."""
+    sum the pods' GE per namespace and pool and count the pods, and only the report reads every pod's
+    sums: pages draw the few workloads they show with top_workloads(), top_idle_workloads(), idle_now()
+    and idle_waste()."""
 
     def __init__(self, *, scope: Scope, headline: Report, computed_at: datetime, read_path: ReadPath) -> None:
         self.scope = scope
@@ -160,7 +161,7 @@ class FleetView(ABC):
 
     @property
     def report(self) -> Report:
-        """The whole report: the summary with every namespace and workload row."""
+        """The whole report: the summary with every workload row."""
         return self._cached("report", self._whole_report)
 
     def _whole_report(self) -> Report:
@@ -173,6 +174,24 @@ class FleetView(ABC):
         return self._cached(
             "idle_workloads", lambda: [w for w in self.report["workloads"] if w["idle_gpu_hours"] > 0]
         )
+
+    def idle_waste(self) -> list[dict[str, Any]]:
+        """namespace, pod, team, idle_gpu_hours and waste_usd of every idle_workloads() row (on the
+        recorded path over the whole fleet, from the idle pods' family alone)."""
+        keys = ("namespace", "pod", "team", "idle_gpu_hours", "waste_usd")
+        return self._cached("idle_waste", lambda: [{k: w[k] for k in keys} for w in self.idle_workloads()])
+
+    def idle_now(self) -> list[dict[str, Any]]:
+        """The idle_workloads() rows idle at the window's end and still holding GPUs there: every GPU of
+        them idle at their last sample (idle_since set), most wasteful first; on the recorded path over
+        the whole fleet read from what the exporter published last and the idle pods' family."""
+
+        def compute() -> list[dict[str, Any]]:
+            held = self.held_at_end()
+            rows = self.idle_workloads()
+            return [w for w in rows if w["idle_since"] and (w["namespace"], w["pod"]) in held]
+
+        return self._cached("idle_now", compute)
 
     def top_workloads(self, n: int) -> list[dict[str, Any]]:
         """The report's first n workload rows (most wasteful, then most allocated, first); on the recorded
@@ -192,7 +211,7 @@ class FleetView(ABC):
 
     def top_idle_workloads(self, n: int) -> list[dict[str, Any]]:
         """The n most wasteful idle_workloads() rows with waste (on the recorded path over the whole
-        fleet, only those n pods' series are read, once Prometheus named the candidates)."""
+        fleet, ranked from the idle pods' family; only those n pods' last samples are read)."""
         return [w for w in self.idle_workloads() if w["waste_usd"] > 0][:n]
 
     def history_gaps(self) -> list[str]:

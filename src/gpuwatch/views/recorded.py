@@ -16,6 +16,7 @@ import pandas as pd
 from gpuwatch.config import Settings
 from gpuwatch.history import (
     IDLE_FAMILIES,
+    WORKLOAD_KEYS,
     History,
     SampleHours,
     assemble,
@@ -29,6 +30,7 @@ from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
 from gpuwatch.report import Report, build_history_report, workload_rows
 from gpuwatch.service import Analysis
 from gpuwatch.sources.prometheus import HistorySums, HistoryTimeline, PodReader, pod_totals
+from gpuwatch.sources.promql import POD_HISTORY_LABELS
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
 from gpuwatch.views.raw import holders
 
@@ -142,17 +144,12 @@ class RecordedView(FleetView):
             return super().top_idle_workloads(n)
 
         def compute() -> list[dict[str, Any]]:
-            # The idle pods' sums name the n most wasteful; the series of their last samples are then read
-            # for those n alone, and their rows computed as idle_workloads() does.
-            idle = self.recorded.pods.of_teams().read("pod_idle")
-            sums = replace(self.recorded.sums, **idle)
-            waste = idle_workloads(sums, settings=self.recorded.settings)
-            top = waste[waste["waste_usd"] > 0].nlargest(n, ["waste_usd", "idle_gpu_hours"])
-            pods = list(zip(top["namespace"], top["pod"], strict=True))
-            last = self.recorded.pods.of_pods(pods).read(*IDLE_FAMILIES[1:])
-            chosen = set(pods)
-            rows = self._idle_rows(replace(sums, **last))
-            return [w for w in rows if (w["namespace"], w["pod"]) in chosen][:n]
+            # Only the chosen pods' last samples are read; their rows are computed as idle_workloads() does.
+            pods = self._most_wasteful(n)
+            if not pods:
+                return []
+            sums = replace(self.recorded.sums, **self.recorded.pods.of_pods(pods).read(*IDLE_FAMILIES))
+            return self._idle_rows(sums)[:n]
 
         return self._cached(f"top_idle_workloads:{n}", compute)
 
@@ -161,19 +158,61 @@ class RecordedView(FleetView):
             return super().top_workloads(n)
 
         def compute() -> list[dict[str, Any]]:
-            # The n most wasteful are the report's first n when n pods had waste (then sorted by waste):
-            # the idle pods' sums name them, and only their series are read. Else the whole report.
-            idle = self.recorded.pods.of_teams().read("pod_idle")
-            waste = idle_workloads(replace(self.recorded.sums, **idle), settings=self.recorded.settings)
-            top = waste[waste["waste_usd"] > 0].nlargest(n, ["waste_usd", "idle_gpu_hours"])
-            if len(top) < n:
+            # The report's first n are the n most wasteful when n pods had waste (it sorts by waste): only
+            # their series are read. Else the whole report.
+            pods = self._most_wasteful(n)
+            if len(pods) < n:
                 return super(RecordedView, self).top_workloads(n)
-            pods = list(zip(top["namespace"], top["pod"], strict=True))
             families = self.recorded.pods.of_pods(pods).read()
             table = workload_table(replace(self.recorded.sums, **families), settings=self.recorded.settings)
             return workload_rows(table)[:n]
 
         return self._cached(f"top_workloads:{n}", compute)
+
+    def idle_now(self) -> list[dict[str, Any]]:
+        if self.scope.scoped or "report" in self._memo or "idle_workloads" in self._memo:
+            return super().idle_now()
+
+        def compute() -> list[dict[str, Any]]:
+            # Idle now: published an idle-since in the exporter's last cycle (every GPU of it idle) and
+            # still held; its dollars from the idle pods' family.
+            last = self.recorded.pods.at_end().read("pod_last_allocated", "pod_idle_since")
+            keys = ["piece", *POD_HISTORY_LABELS]
+            now = (
+                last["pod_idle_since"]
+                .rename(columns={"value": "since"})
+                .merge(last["pod_last_allocated"].rename(columns={"value": "gpus"}), on=keys, how="left")
+            )
+            held = self.held_at_end()
+            pairs = pd.MultiIndex.from_frame(now[["namespace", "pod"]])
+            now = now[pairs.isin(list(held))] if len(now) else now
+            waste = self._waste()
+            rows = now.drop(columns="piece").merge(
+                waste[[*WORKLOAD_KEYS, "idle_gpu_hours", "waste_usd"]], on=list(WORKLOAD_KEYS), how="inner"
+            )
+            rows = rows.assign(idle_since=pd.to_datetime(rows.pop("since"), unit="s", utc=True))
+            return workload_rows(rows)
+
+        return self._cached("idle_now", compute)
+
+    def idle_waste(self) -> list[dict[str, Any]]:
+        if self.scope.scoped or "report" in self._memo or "idle_workloads" in self._memo:
+            return super().idle_waste()
+        columns = [*WORKLOAD_KEYS, "idle_gpu_hours", "waste_usd"]
+        return self._cached("idle_waste", lambda: workload_rows(self._waste()[columns]))
+
+    def _waste(self) -> pd.DataFrame:
+        """idle_workloads() of the idle pods' family alone: idle GE-hours and dollars per workload (its
+        last-sample columns unknown)."""
+        idle = self.recorded.pods.of_teams().read("pod_idle")
+        return idle_workloads(replace(self.recorded.sums, **idle), settings=self.recorded.settings)
+
+    def _most_wasteful(self, n: int) -> list[tuple[str, str]]:
+        """(namespace, pod) of the n pods with the most idle-allocated dollars (fewer when fewer had
+        any), ranked from the idle pods' family alone."""
+        waste = self._waste()
+        top = waste[waste["waste_usd"] > 0].nlargest(n, ["waste_usd", "idle_gpu_hours"])
+        return list(zip(top["namespace"], top["pod"], strict=True))
 
     def _idle_rows(self, sums: HistorySums) -> list[dict[str, Any]]:
         return workload_rows(idle_workloads(sums, settings=self.recorded.settings))

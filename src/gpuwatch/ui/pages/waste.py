@@ -59,7 +59,7 @@ def layout(**_query: str) -> html.Div:
 
 def _kpis(view: View, filters: Filters) -> list[html.Div]:
     fleet = view.headline["fleet"]
-    idle_now = sum(1 for r in idle_rows(view) if r["idle_now"])
+    idle_now = len(view.idle_now())
     return [
         kpi("idle-allocated waste", usd(fleet["waste_usd"]), "waste", tone="gw-warn"),
         kpi("idle GPU-hours", num(fleet["ledger_gpu_hours"]["allocated_idle"]), "idle-hours"),
@@ -78,15 +78,22 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
 
 def _tables(view: View, query: str) -> list[html.Section]:
     summary = view.summary
+    idle_now = len(view.idle_now())
+    more = (
+        f"showing the {TOP_ROWS} most wasteful of {idle_now:,} idle now; the download has every idle workload"
+        if idle_now > TOP_ROWS
+        else ""
+    )
     return [
         table(
             "waste-idle",
             "Top idle workloads",
             IDLE_COLUMNS,
-            idle_rows(view),
+            idle_rows(view, TOP_ROWS),
             limit=TOP_ROWS,
             empty_text="no workload is idle",
             query=query,
+            more=more,
             note="Idle: every GPU the workload holds stayed below the idle threshold for the whole idle "
             "window. Dollars are this window's idle-allocated GE-hours × price.",
         ),
@@ -155,7 +162,7 @@ def render(search: str | None) -> tuple[Any, ...]:
     with ThreadPoolExecutor(max_workers=3) as pool:
         reads = [
             pool.submit(read)
-            for read in (lambda: view.summary, view.idle_workloads, lambda: view.top_workloads(TOP_ROWS))
+            for read in (lambda: view.summary, view.idle_now, lambda: view.top_workloads(TOP_ROWS))
         ]
     for read in reads:
         read.result()
@@ -163,7 +170,7 @@ def render(search: str | None) -> tuple[Any, ...]:
         *head,
         _kpis(view, filters),
         figures.ledger_usd_bar(view.state_usd()),
-        figures.waste_treemap(view.idle_workloads()),
+        figures.waste_treemap(view.idle_waste()),
         _tables(view, to_query(filters)),
     )
 
