@@ -916,15 +916,23 @@ class PodFamilies:
 
     def start(self, *names: str) -> dict[str, "Future[pd.DataFrame]"]:
         """Start reading the families `names` (all when none) not yet read or being read; their futures."""
-        wanted = names or tuple(POD_FAMILIES)
+        return self._once(self._read, names or tuple(POD_FAMILIES), self._family)
+
+    def _once(
+        self,
+        kept: dict[str, "Future[pd.DataFrame]"],
+        names: Sequence[str],
+        read: Callable[[str], pd.DataFrame],
+    ) -> dict[str, "Future[pd.DataFrame]"]:
+        """kept[name] for each of `names`, read(name) started side by side for those not yet in it."""
         with self._lock:
-            missing = [n for n in wanted if n not in self._read]
+            missing = [n for n in names if n not in kept]
             if missing:
                 pool = ThreadPoolExecutor(max_workers=min(len(missing), self.source.max_concurrent_queries))
                 for name in missing:
-                    self._read[name] = pool.submit(self._family, name)
+                    kept[name] = pool.submit(read, name)
                 pool.shutdown(wait=False)  # its threads end with their reads
-            return {n: self._read[n] for n in wanted}
+            return {n: kept[n] for n in names}
 
     def _family(self, name: str) -> pd.DataFrame:
         query = partial(POD_FAMILIES[name], matchers=self.matchers)
@@ -940,15 +948,7 @@ class PodFamilies:
         the pods), the others summed and the pods counted by Prometheus (one row per namespace, team,
         pool and piece)."""
         wanted = families or (*NAMESPACE_FAMILIES, _PODS_SEEN)
-        with self._lock:
-            missing = [n for n in wanted if n not in self._totals]
-            if missing:
-                pool = ThreadPoolExecutor(max_workers=min(len(missing), self.source.max_concurrent_queries))
-                for name in missing:
-                    self._totals[name] = pool.submit(self._total, name)
-                pool.shutdown(wait=False)
-            futures = {n: self._totals[n] for n in wanted}
-        read = {n: f.result() for n, f in futures.items()}
+        read = {n: f.result() for n, f in self._once(self._totals, wanted, self._total).items()}
         parts = [read[n].assign(family=n) for n in wanted if n != _PODS_SEEN]
         pods = read.get(_PODS_SEEN, _labelled(pd.DataFrame(), ("namespace", "team")).drop(columns="piece"))
         return {"namespace_sums": pd.concat(parts, ignore_index=True), "namespace_pods": pods}

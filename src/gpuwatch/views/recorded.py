@@ -108,6 +108,11 @@ class RecordedView(FleetView):
             gaps=self._gaps_text,
         )
 
+    def _from_whole(self, *read: str) -> bool:
+        """Whether this view's rows come from what is already whole: a scoped view (its pods all read),
+        or the report or one of `read` once computed. Then the base class derives them."""
+        return self.scope.scoped or any(k in self._memo for k in ("report", *read))
+
     def _summary(self) -> Report:
         if self.scope.scoped:
             return self.headline
@@ -117,7 +122,7 @@ class RecordedView(FleetView):
         return build_history_report(self._assembled(replace(self.recorded.sums, **totals)))
 
     def pool_rows(self) -> list[dict[str, Any]]:
-        if self.scope.scoped or "summary" in self._memo or "report" in self._memo:
+        if self._from_whole("summary"):
             return super().pool_rows()
 
         def compute() -> list[dict[str, Any]]:  # a pool's utilization needs its pods' busy GE alone
@@ -135,12 +140,12 @@ class RecordedView(FleetView):
         return build_history_report(self._assembled(self._with_pods(())))
 
     def idle_workloads(self) -> list[dict[str, Any]]:
-        if self.scope.scoped or "report" in self._memo:
+        if self._from_whole():
             return super().idle_workloads()
         return self._cached("idle_workloads", lambda: self._idle_rows(self._with_pods((), *IDLE_FAMILIES)))
 
     def top_idle_workloads(self, n: int) -> list[dict[str, Any]]:
-        if self.scope.scoped or "report" in self._memo or "idle_workloads" in self._memo:
+        if self._from_whole("idle_workloads"):
             return super().top_idle_workloads(n)
 
         def compute() -> list[dict[str, Any]]:
@@ -154,7 +159,7 @@ class RecordedView(FleetView):
         return self._cached(f"top_idle_workloads:{n}", compute)
 
     def top_workloads(self, n: int) -> list[dict[str, Any]]:
-        if self.scope.scoped or "report" in self._memo:
+        if self._from_whole():
             return super().top_workloads(n)
 
         def compute() -> list[dict[str, Any]]:
@@ -170,7 +175,7 @@ class RecordedView(FleetView):
         return self._cached(f"top_workloads:{n}", compute)
 
     def idle_now(self) -> list[dict[str, Any]]:
-        if self.scope.scoped or "report" in self._memo or "idle_workloads" in self._memo:
+        if self._from_whole("idle_workloads"):
             return super().idle_now()
 
         def compute() -> list[dict[str, Any]]:
@@ -196,16 +201,20 @@ class RecordedView(FleetView):
         return self._cached("idle_now", compute)
 
     def idle_waste(self) -> list[dict[str, Any]]:
-        if self.scope.scoped or "report" in self._memo or "idle_workloads" in self._memo:
+        if self._from_whole("idle_workloads"):
             return super().idle_waste()
         columns = [*WORKLOAD_KEYS, "idle_gpu_hours", "waste_usd"]
         return self._cached("idle_waste", lambda: workload_rows(self._waste()[columns]))
 
     def _waste(self) -> pd.DataFrame:
         """idle_workloads() of the idle pods' family alone: idle GE-hours and dollars per workload (its
-        last-sample columns unknown)."""
-        idle = self.recorded.pods.of_teams().read("pod_idle")
-        return idle_workloads(replace(self.recorded.sums, **idle), settings=self.recorded.settings)
+        last-sample columns unknown), computed once."""
+
+        def compute() -> pd.DataFrame:
+            idle = self.recorded.pods.of_teams().read("pod_idle")
+            return idle_workloads(replace(self.recorded.sums, **idle), settings=self.recorded.settings)
+
+        return self._cached("waste", compute)
 
     def _most_wasteful(self, n: int) -> list[tuple[str, str]]:
         """(namespace, pod) of the n pods with the most idle-allocated dollars (fewer when fewer had
