@@ -21,6 +21,7 @@ Run from the repository root: python benchmarks/scale.py [--gpus 10000 --days 30
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -69,7 +70,7 @@ def world_args(gpus: int, days: float, step: str, *more: str, end: datetime = EN
 
 def build_world(tsdb: Path, args: argparse.Namespace) -> None:
     """The scale world's TSDB: built (timed) unless `tsdb` holds one with the same parameters."""
-    params = {"world": world_args(args.gpus, args.days, "300s")}
+    params = {"world": world_args(args.gpus, args.days, "300s"), "rollups": rollups_fingerprint()}
     marker = tsdb / MARKER
     if tsdb.exists():
         if not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != params:
@@ -85,6 +86,14 @@ def build_world(tsdb: Path, args: argparse.Namespace) -> None:
         f"world: {' '.join(cmd[1:])} took {seconds:.0f} s ({seconds / 60:.1f} min), "
         f"{block_count(tsdb)} blocks"
     )
+
+
+def rollups_fingerprint() -> str:
+    """What the world's roll-ups were written by: a world written under other rules is not reused."""
+    from gpuwatch.sources import promql
+
+    rules = json.dumps([promql.rollup_rules(), promql.day_rollup_rules()], sort_keys=True)
+    return hashlib.sha256(rules.encode()).hexdigest()[:16]
 
 
 @contextmanager
@@ -195,12 +204,14 @@ def compare(workdir: Path, args: argparse.Namespace) -> None:
     began = time.perf_counter()
     cmd = [GPUWATCH, "simulate", "backfill", *world_args(gpus, days, "60s")]
     cmd += ["--metrics", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
-    marker = tsdb / MARKER
-    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == cmd[1:]:
+    marker, params = tsdb / MARKER, [*cmd[1:], rollups_fingerprint()]
+    if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")) == params:
         print(f"compare: reusing {tsdb}")
     else:
+        if marker.is_file():  # this benchmark's world of other parameters or rules: replaced
+            shutil.rmtree(tsdb)
         subprocess.run([*cmd, "--tsdb", str(tsdb)], check=True)
-        marker.write_text(json.dumps(cmd[1:]), encoding="utf-8")
+        marker.write_text(json.dumps(params), encoding="utf-8")
     print(
         f"compare: {gpus:,} GPUs x {days:g} d world (DCGM + gpuwatch_*) in "
         f"{time.perf_counter() - began:.0f} s"

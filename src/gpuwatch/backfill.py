@@ -130,8 +130,9 @@ def rollup_families(
     """The hourly roll-ups (promql.ROLLUPS) Prometheus's recording rules make of these samples (written at
     their timestamp + offset), evaluated on whole UTC hours: at hour h, per series, its grid function over
     the ROLLUP_GRID_SECONDS grid points in (h − 1 h, h], one copy per grid point (the mean of its samples
-    there, or the last). Only grid points in (after, until] count, so blocks written apart give each hour
-    once; the evaluation marker is written at every hour those grid points reach."""
+    there, or the last); only those above 0 of promql.NONZERO_ROLLUPS. Only grid points in (after, until]
+    count, so blocks written apart give each hour once; the evaluation marker is written at every hour
+    those grid points reach."""
     grid_ms = promql.ROLLUP_GRID_SECONDS * 1000
     hour_ms = promql.ROLLUP_SECONDS * 1000
     low = -np.inf if after is None else after.timestamp() * 1000
@@ -167,6 +168,8 @@ def rollup_families(
             "last_over_time": per_hour.last,
         }
         rolled = reduced[function]().reset_index()
+        if (metric, function) in promql.NONZERO_ROLLUPS:
+            rolled = rolled[rolled["value"] > 0].reset_index(drop=True)
         hours.update(rolled["hour"].unique().tolist())
         names = samples[labels].iloc[first_rows].reset_index(drop=True)
         labelled = names.iloc[rolled.pop("series").to_numpy()].reset_index(drop=True)

@@ -19,6 +19,7 @@ import requests
 import yaml
 
 from gpuwatch.model import Window
+from gpuwatch.sources import promql
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.exposition import FAMILY_NAMES
 from tests.integration.prom import PROMTOOL, BackfilledPrometheus, PrometheusFactory
@@ -172,11 +173,20 @@ def after_all_events(fleet: SimulatedFleet) -> datetime:
 # -- every query parses; DCGM ones return data ------------------------------------------------------
 
 
+NONZERO = {promql.rollup_name(metric, function) for metric, function in promql.NONZERO_ROLLUPS}
+
+
 @pytest.mark.parametrize("name", sorted(recording_rules()))
 def test_recording_rule_expression_runs(health_prometheus: BackfilledPrometheus, name: str) -> None:
     expr = recording_rules()[name]
-    result = instant(health_prometheus, expr, after_all_events(health_prometheus.fleet))
-    if must_return_data(expr):
+    at = after_all_events(health_prometheus.fleet)
+    result = instant(health_prometheus, expr, at)
+    if name in NONZERO:  # `(…) > 0`: the pods above zero of the whole expression, which returns data
+        whole = instant(health_prometheus, expr.strip().removeprefix("(").removesuffix(") > 0"), at)
+        assert whole and all(float(s["value"][1]) >= 0 for s in whole)
+        above = {json.dumps(s["metric"], sort_keys=True) for s in whole if float(s["value"][1]) > 0}
+        assert {json.dumps(s["metric"], sort_keys=True) for s in result} == above
+    elif must_return_data(expr):
         assert result, f"{name} returned no data over the {health_prometheus.layout} backfill"
         for sample in result:
             assert "__name__" not in sample["metric"]

@@ -9,9 +9,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
+from gpuwatch.backfill import rollup_families
+from gpuwatch.series import Family
 from gpuwatch.sources import promql
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -271,6 +274,43 @@ def test_the_hourly_rollups_are_the_grid_reads_the_history_path_makes() -> None:
     assert group["interval"] == "1h"
     written = [{"record": r["record"], "expr": r["expr"].rstrip("\n")} for r in group["rules"]]
     assert written == promql.rollup_rules()
+
+
+def test_the_idle_and_unknown_rollups_keep_only_pods_above_zero_as_the_backfill_writes_them() -> None:
+    """hour:…idle/unknown:sum_over_time are `(…) > 0` in the rules and in the backfill: a pod busy all hour
+    has no idle roll-up that hour (it reads as 0), while its allocation and its last idle GE keep zeros
+    (a pod busy at the end of a day must read as busy, not as idle at the end of an earlier one)."""
+    hourly = {r["record"]: r["expr"] for r in promql.rollup_rules()}
+    for metric in ("gpuwatch_pod_gpu_idle", "gpuwatch_pod_gpu_unknown"):
+        assert hourly[f"hour:{metric}:sum_over_time"].endswith(") > 0")
+    for metric, function in (("allocation", "sum"), ("idle", "last")):
+        assert "> 0" not in hourly[f"hour:gpuwatch_pod_gpu_{metric}:{function}_over_time"]
+
+    labels = ("namespace", "pod", "team", "node", "pool")
+    # Two pods, 10:00-11:59 every minute: "nb" idle (1 GE) in the first hour only, "train" never idle.
+    times = pd.date_range("2026-11-19 10:00", periods=120, freq="60s", tz="UTC")
+    rows = [
+        {
+            "namespace": "ml",
+            "pod": pod,
+            "team": "ml",
+            "node": "h100-0",
+            "pool": "H100",
+            "timestamp": t,
+            "value": 1.0 if pod == "nb" and t.hour == 10 else 0.0,
+        }
+        for pod in ("nb", "train")
+        for t in times
+    ]
+    idle = Family("gpuwatch_pod_gpu_idle", "", labels, pd.DataFrame(rows))
+    allocation = Family("gpuwatch_pod_gpu_allocation", "", labels, pd.DataFrame(rows).assign(value=1.0))
+    rolled = {f.name: f.samples for f in rollup_families([idle, allocation], offset_seconds=30)}
+    idle_sums = rolled["hour:gpuwatch_pod_gpu_idle:sum_over_time"]
+    assert list(zip(idle_sums["pod"], idle_sums["value"], strict=True)) == [("nb", 60.0)]
+    last_idle = rolled["hour:gpuwatch_pod_gpu_idle:last_over_time"]
+    assert sorted(last_idle["value"]) == [0.0, 0.0, 0.0, 1.0]  # both pods, both hours (11:00 and 12:00)
+    held = rolled["hour:gpuwatch_pod_gpu_allocation:sum_over_time"]
+    assert held.groupby("pod")["value"].sum().to_dict() == {"nb": 120.0, "train": 120.0}
 
 
 def test_the_daily_rollups_sum_the_hourly_ones_the_history_path_reads_days_from() -> None:
