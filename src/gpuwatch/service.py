@@ -117,6 +117,12 @@ class LiveSources:
             return self.cluster.cluster_state()
         return self.kubernetes.cluster_state()
 
+    def node_state(self) -> ClusterState:
+        """The nodes (from the watches, or listed alone: no pod is listed)."""
+        if self.cluster is not None:
+            return self.cluster.cluster_state()
+        return self.kubernetes.node_state()
+
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
         exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
         return self.prometheus.gpu_samples(window, exporters=exporters)
@@ -890,24 +896,23 @@ def health_events_now(
     service: FleetService, window: Window, nodes: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """The health events at the end of `window` (the report's `health`, the Fleet health page's events):
-    the last device telemetry and the nodes as the API server has them (`nodes`, if already read)."""
-    state = None
+    the last device telemetry and the nodes as the API server has them (`nodes`, if already read). The
+    API server's pods are listed only if DCGM holds telemetry then (to find where exporter pods run)."""
     if nodes is None:
-        state = service.sources.cluster_state()  # listed once: the nodes and the exporter pods
-        nodes = nodes_frame(state)
-    samples = health_samples(service.sources, health_window(window), state=state)
+        sources = service.sources
+        nodes = nodes_frame(
+            sources.node_state() if isinstance(sources, LiveSources) else sources.cluster_state()
+        )
+    samples = health_samples(service.sources, health_window(window))
     return health_events(gpu_rows(samples), nodes)
 
 
-def health_samples(
-    sources: "FleetSources | HealthSources", recent: Window, *, state: ClusterState | None = None
-) -> pd.DataFrame:
-    """The HEALTH_COLUMNS frame of `recent` from any of the known sources (`state`: the cluster as
-    already listed, if it was)."""
+def health_samples(sources: "FleetSources | HealthSources", recent: Window) -> pd.DataFrame:
+    """The HEALTH_COLUMNS frame of `recent` from any of the known sources."""
     if isinstance(sources, SimulatedSources):
         frame = _simulated_health(sources.fleet, recent)
     elif isinstance(sources, LiveSources):
-        frame = _live_health(sources, recent, state or sources.cluster_state())
+        frame = _live_health(sources, recent)
     elif hasattr(sources, "gpu_health"):
         frame = sources.gpu_health(recent)
     else:
@@ -940,8 +945,11 @@ def _simulated_health(fleet: SimulatedFleet, recent: Window) -> pd.DataFrame:
     return rows
 
 
-def _live_health(sources: LiveSources, recent: Window, state: ClusterState) -> pd.DataFrame:
-    exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
+def _live_health(sources: LiveSources, recent: Window) -> pd.DataFrame:
+    def exporters() -> ExporterPods:  # the cluster listed only if DCGM holds series in `recent`
+        state = sources.cluster_state()
+        return ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
+
     rows = sources.prometheus.gpu_samples(
         recent, exporters=exporters, fields=[FIELD_BY_NAME[name] for name in HEALTH_FIELDS]
     )

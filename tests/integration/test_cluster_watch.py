@@ -121,6 +121,29 @@ def test_changes_arrive_by_watch(fleet: SimulatedFleet, server: KubeApiServer, c
     assert _lists(server, mark) == []
 
 
+def test_a_malformed_pod_arriving_by_watch_is_warned_of_as_a_list_warns_until_it_is_fixed(
+    fleet: SimulatedFleet, server: KubeApiServer, cache: ClusterCache
+) -> None:
+    """Pods are parsed once, as they arrive: the problems of that parse stay with the pod in the cache."""
+    cache.cluster_state()
+    bad = _new_gpu_pod(fleet, "bad-quantity-0")
+    for container in bad["spec"]["containers"]:  # type: ignore[index]
+        container["resources"] = {"limits": {"nvidia.com/gpu": "two"}}
+    server.apply("pods", bad)
+    _eventually(lambda: cache.cluster_state().skipped > 0)
+    listed, cached = cache.source.cluster_state(), cache.cluster_state()
+    assert cached.skipped == listed.skipped == 1
+    assert set(cached.warnings) == set(listed.warnings) and any(
+        "bad-quantity-0" in w for w in cached.warnings
+    )
+    assert cache.cluster_state().skipped == 1  # still there on the next cycle: kept with the pod
+    fixed = _new_gpu_pod(fleet, "bad-quantity-0")
+    server.apply("pods", fixed)
+    _eventually(lambda: cache.cluster_state().skipped == 0)
+    assert not any("bad-quantity-0" in w for w in cache.cluster_state().warnings)
+    assert any(p.name == "bad-quantity-0" for p in cache.cluster_state().pods)
+
+
 def test_a_410_lists_again_and_the_cache_stays_true(
     fleet: SimulatedFleet, server: KubeApiServer, cache: ClusterCache
 ) -> None:

@@ -9,7 +9,9 @@ reading `demo_backend` run once per backend.
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -378,6 +380,31 @@ def test_persistent_5xx_gives_up_after_max_attempts(fake: Callable[..., FakeProm
     assert len(server.requests) == 3
 
 
+def test_at_most_max_concurrent_queries_are_in_flight_whichever_threads_send_them(
+    fake: Callable[..., FakePrometheus],
+) -> None:
+    """Nested reads (families, each read piece by piece in its own pool) share one limit: a month's
+    report is ~160 queries, and a Prometheus asked for all at once only switches between them."""
+    lock = threading.Lock()
+    in_flight, most = [0], [0]
+
+    def slow(_seen: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        time.sleep(0.05)
+        with lock:
+            in_flight[0] -= 1
+        return ok(vector("1"))
+
+    server = fake(slow)
+    source = PrometheusSource(server.url, max_concurrent_queries=3)
+    with ThreadPoolExecutor(max_workers=4) as outer:  # four threads, each reading four in a row
+        list(outer.map(lambda _: [source.query("up") for _ in range(4)], range(4)))
+    assert len(server.requests) == 16
+    assert most[0] == 3
+
+
 def test_bad_query_is_not_retried(fake: Callable[..., FakePrometheus]) -> None:
     server = fake([error(400, "bad_data", 'invalid parameter "query": 1:5: parse error:\nunexpected "}"')])
     source = PrometheusSource(server.url, sleep=lambda _s: pytest.fail("must not retry"))
@@ -414,6 +441,27 @@ def test_malformed_answers_are_one_line_errors(fake: Callable[..., FakePrometheu
     assert str(caught.value).startswith(
         f"prometheus at {server.url} returned a malformed answer to an instant query"
     )
+
+
+def test_an_answer_with_a_non_text_label_value_is_read_as_text_and_one_without_pairs_is_malformed(
+    fake: Callable[..., FakePrometheus],
+) -> None:
+    numbered = {
+        "resultType": "vector",
+        "result": [{"metric": {"UUID": 7, "Hostname": "n1"}, "value": [1, "2"]}],
+    }
+    broken = {"resultType": "matrix", "result": [{"metric": {"UUID": "GPU-0"}, "values": "1,2"}]}
+    server = fake([ok(numbered), ok(broken)])
+    source = PrometheusSource(server.url)
+    got = source.query("up")
+    assert got[["UUID", "Hostname", "value"]].values.tolist() == [["7", "n1", 2.0]]
+    with pytest.raises(PrometheusError, match="malformed answer to a range query"):
+        source.query_range(
+            "up",
+            start=datetime(2026, 11, 20, tzinfo=UTC),
+            end=datetime(2026, 11, 20, tzinfo=UTC),
+            step_seconds=60,
+        )
 
 
 def test_bearer_token_is_read_from_the_file_and_never_shown(

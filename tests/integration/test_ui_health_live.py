@@ -95,3 +95,25 @@ def test_health_events_list_the_cluster_once(
     assert set(events.loc[events["kind"] == "node_not_ready", "node"]) == {
         n.name for n in fleet.nodes if not n.ready
     }
+
+
+def test_health_events_without_dcgm_telemetry_list_the_nodes_and_no_pod(
+    fleet: SimulatedFleet, api: tuple[KubeApiServer, str], prometheus_factory: PrometheusFactory
+) -> None:
+    """Pods are listed only to find where exporter pods run, which only DCGM series need: a month's report
+    on a Prometheus without DCGM telemetry at the window's end lists the nodes alone."""
+    server, kubeconfig = api
+    prom = prometheus_factory(fleet, metrics=(), gpuwatch_series=True)
+    settings = load_settings(flags={"prometheus_url": prom.url, "kubeconfig": kubeconfig}, env={})
+    live = FleetService.live(settings)
+    window = live.window(days=0.25, end=END)
+    mark = len(server.request_log)
+    events = health_events_now(live, window)
+    listed = [t.split("?")[0] for _, t, _ in server.request_log[mark:]]
+    assert listed == ["/api/v1/nodes"]
+    assert set(events.loc[events["kind"] == "node_not_ready", "node"]) == {
+        n.name for n in fleet.nodes if not n.ready
+    }
+    # Without telemetry every GPU node is said to have none: unknown, never healthy.
+    assert set(events.loc[events["kind"] == "no_telemetry", "node"]) == {n.name for n in fleet.nodes}
+    assert not events["kind"].str.startswith("xid").any()

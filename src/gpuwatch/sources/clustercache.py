@@ -4,25 +4,27 @@ Each kind (nodes, pods, namespaces, resourcequotas) has a thread that lists it, 
 list's resourceVersion with bookmarks; a watch the server ends is resumed from the last version seen
 (a cut connection too, after a pause); a 410 Expired lists again. At steady state a cycle reads the
 cache and sends no request; memory holds the running and pending GPU pods (and dcgm-exporter pods),
-not every pod of the cluster.
+not every pod of the cluster, each parsed once, when it is listed or changes.
 """
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from gpuwatch.errors import KubernetesError
 from gpuwatch.sources.kubernetes import (
     ClusterState,
     JsonObject,
     KubernetesSource,
-    pod_matters,
-    state_from_raw,
+    PodEntry,
+    running_pod_entry,
+    state_from_parsed,
 )
 
 KINDS: Final = ("nodes", "pods", "namespaces", "resourcequotas")
 WATCH_TIMEOUT_SECONDS: Final = 300  # the server ends a watch after this; it is then resumed
+T = TypeVar("T")
 
 
 @dataclass
@@ -35,14 +37,15 @@ class WatchStats:
     cut: int = 0  # watches or lists that failed (then resumed after retry_seconds)
 
 
-class _Watched:
-    """One kind: its objects by (namespace, name), the version they are at, and its thread."""
+class _Watched(Generic[T]):
+    """One kind: its objects by (namespace, name) as `read` makes them (None: not kept), the version they
+    are at, and its thread."""
 
-    def __init__(self, source: KubernetesSource, kind: str, keep: Callable[[JsonObject], bool]) -> None:
+    def __init__(self, source: KubernetesSource, kind: str, read: Callable[[JsonObject], T | None]) -> None:
         self.source = source
         self.kind = kind
-        self.keep = keep
-        self.objects: dict[tuple[str, str], JsonObject] = {}
+        self.read = read
+        self.objects: dict[tuple[str, str], T] = {}
         self.version: str | None = None
         self.stats = WatchStats()
         self.error = ""
@@ -63,7 +66,8 @@ class _Watched:
     def _list(self) -> None:
         items, version, _restarts = self.source.list_versioned(self.kind)
         self.stats.lists += 1
-        kept = {_key(obj): _slim(obj) for obj in items if self.keep(obj)}
+        read = ((_key(obj), self.read(obj)) for obj in items)
+        kept = {key: value for key, value in read if value is not None}
         with self.lock:
             self.objects, self.version = kept, version
         self.error = ""
@@ -87,10 +91,11 @@ class _Watched:
                     f"kubernetes: the watch of {self.kind} failed: {obj.get('message', obj)}"
                 )
             version = (obj.get("metadata") or {}).get("resourceVersion")
+            value = self.read(obj) if kind in ("ADDED", "MODIFIED") else None
             with self.lock:
                 if kind in ("ADDED", "MODIFIED"):
-                    if self.keep(obj):
-                        self.objects[_key(obj)] = _slim(obj)
+                    if value is not None:
+                        self.objects[_key(obj)] = value
                     else:
                         self.objects.pop(_key(obj), None)
                 elif kind == "DELETED":
@@ -99,7 +104,7 @@ class _Watched:
                     self.version = str(version)
         self.error = ""
 
-    def items(self) -> list[JsonObject]:
+    def items(self) -> list[T]:
         with self.lock:
             return list(self.objects.values())
 
@@ -119,7 +124,9 @@ class ClusterCache:
         self.timeout_seconds = timeout_seconds
         self.retry_seconds = retry_seconds
         self.sync_seconds = sync_seconds
-        self._kinds = {k: _Watched(source, k, pod_matters if k == "pods" else _always) for k in KINDS}
+        self._pods = _Watched(source, "pods", running_pod_entry)
+        self._others = {k: _Watched(source, k, _slim) for k in KINDS if k != "pods"}
+        self._kinds: dict[str, _Watched[Any]] = {"pods": self._pods, **self._others}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
@@ -149,17 +156,14 @@ class ClusterCache:
         for watched in self._kinds.values():
             if not watched.synced.wait(self.sync_seconds):
                 raise KubernetesError(watched.error or f"kubernetes: listing {watched.kind} timed out")
-        k = self._kinds
-        return state_from_raw(
-            k["nodes"].items(), k["pods"].items(), k["namespaces"].items(), k["resourcequotas"].items()
+        k = self._others
+        pods: list[PodEntry] = self._pods.items()
+        return state_from_parsed(
+            k["nodes"].items(), pods, k["namespaces"].items(), k["resourcequotas"].items()
         )
 
     def stats(self) -> dict[str, WatchStats]:
         return {k: WatchStats(**vars(w.stats)) for k, w in self._kinds.items()}
-
-
-def _always(_obj: JsonObject) -> bool:
-    return True
 
 
 def _key(obj: JsonObject) -> tuple[str, str]:

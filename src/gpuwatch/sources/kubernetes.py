@@ -193,6 +193,11 @@ class KubernetesSource:
             return f"kubernetes API at {self.server} unreachable: {_reason(e)}"
         return None
 
+    def node_state(self) -> ClusterState:
+        """The nodes alone, parsed (no pod, namespace or quota listed)."""
+        nodes, restarts = self.list_raw("nodes")
+        return state_from_raw(nodes, [], [], [], list_restarts=restarts)
+
     def cluster_state(self) -> ClusterState:
         """Nodes, running and pending pods (field selectors), namespaces and quotas, parsed."""
         nodes, r1 = self.list_raw("nodes")
@@ -214,27 +219,68 @@ def state_from_raw(
     list_restarts: int = 0,
 ) -> ClusterState:
     """The cluster state of raw API objects (pods: the running and pending ones)."""
+    return state_from_parsed(
+        nodes_raw,
+        [pod_entry(obj) for obj in pods_raw],
+        namespaces_raw,
+        quotas_raw,
+        list_restarts=list_restarts,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodEntry:
+    """A pod object parsed once (a watch cache keeps these, not the objects): the pod (None: malformed,
+    skipped), the problems its parse counted, and whether it is a dcgm-exporter pod and at which IP."""
+
+    pod: Pod | None
+    problems: "_Problems"
+    exporter: bool
+    ip: str
+
+    @property
+    def matters(self) -> bool:
+        """A GPU pod or a dcgm-exporter: what cluster_state keeps (one with problems, to warn of them)."""
+        return self.pod is None or bool(self.pod.gpu_requests) or self.exporter or self.problems.count > 0
+
+
+def pod_entry(obj: JsonObject) -> PodEntry:
+    problems = _Problems()
+    pod = parse_pod(obj, problems)
+    ip = (obj.get("status") or {}).get("podIP") or ""
+    return PodEntry(pod=pod, problems=problems, exporter=is_exporter_pod(obj), ip=str(ip))
+
+
+def state_from_parsed(
+    nodes_raw: list[JsonObject],
+    pods: list[PodEntry],
+    namespaces_raw: list[JsonObject],
+    quotas_raw: list[JsonObject],
+    *,
+    list_restarts: int = 0,
+) -> ClusterState:
+    """state_from_raw() of pods already parsed."""
     problems = _Problems()
     nodes = [n for n in (parse_node(obj, problems) for obj in nodes_raw) if n is not None]
-    pods: list[Pod] = []
+    kept: list[Pod] = []
     exporter_pod_nodes: dict[str, str] = {}
     exporter_ip_nodes: dict[str, str] = {}
-    for obj in pods_raw:
-        pod = parse_pod(obj, problems)
+    for entry in pods:
+        problems.merge(entry.problems)
+        pod = entry.pod
         if pod is None:
             continue
-        if is_exporter_pod(obj):
+        if entry.exporter:
             if pod.node:
                 exporter_pod_nodes[pod.name] = pod.node
-                ip = (obj.get("status") or {}).get("podIP")
-                if ip:
-                    exporter_ip_nodes[ip] = pod.node
-            pods.append(pod)
+                if entry.ip:
+                    exporter_ip_nodes[entry.ip] = pod.node
+            kept.append(pod)
         elif pod.gpu_requests:
-            pods.append(pod)
+            kept.append(pod)
     return ClusterState(
         nodes=tuple(nodes),
-        pods=tuple(pods),
+        pods=tuple(kept),
         namespaces=tuple(parse_namespace(obj) for obj in namespaces_raw),
         quotas=tuple(q for q in (parse_quota(obj, problems) for obj in quotas_raw) if q is not None),
         exporter_pod_nodes=exporter_pod_nodes,
@@ -245,13 +291,13 @@ def state_from_raw(
     )
 
 
-def pod_matters(obj: JsonObject) -> bool:
-    """A running or pending pod that requests GPUs or is a dcgm-exporter: what cluster_state keeps."""
+def running_pod_entry(obj: JsonObject) -> PodEntry | None:
+    """pod_entry() of a running or pending pod that matters (PodEntry.matters); None for any other."""
     phase = (obj.get("status") or {}).get("phase")
     if phase not in ("Running", "Pending"):
-        return False
-    pod = parse_pod(obj, _Problems())
-    return pod is None or bool(pod.gpu_requests) or is_exporter_pod(obj)  # a malformed one is warned of
+        return None
+    entry = pod_entry(obj)
+    return entry if entry.matters else None
 
 
 class _ExpiredError(Exception):
@@ -269,6 +315,12 @@ class _Problems:
         self.count += 1
         if message not in self.messages:
             self.messages.append(message)
+
+    def merge(self, other: "_Problems") -> None:
+        self.count += other.count
+        for message in other.messages:
+            if message not in self.messages:
+                self.messages.append(message)
 
 
 def _load_api_client(kubeconfig: str | None, context: str | None) -> Any:

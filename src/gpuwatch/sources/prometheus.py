@@ -10,6 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -159,7 +160,8 @@ class PrometheusSource:
     Transport: prometheus-api-client's PrometheusConnect with its own retries off; gpuwatch retries
     5xx/429/connection errors itself with exponential backoff for at most `max_attempts` calls (`sleep` is
     injectable). Prometheus `warnings` are collected (`warnings`, `take_warnings`). Every failure is a
-    one-line PrometheusError chained to its cause.
+    one-line PrometheusError chained to its cause. At most `max_concurrent_queries` requests are in flight
+    at once, whichever threads send them.
     """
 
     def __init__(
@@ -199,6 +201,9 @@ class PrometheusSource:
         self.max_points_per_series = max_points_per_series
         self.max_chunk_seconds = max_chunk_seconds
         self.max_concurrent_queries = max_concurrent_queries
+        # Across every thread of the process: nested reads (families, their pieces) share one limit, so
+        # Prometheus is not asked for more at once than it has cores to answer with.
+        self._in_flight = threading.BoundedSemaphore(max_concurrent_queries)
         self._sleep = sleep
         self._lock = threading.Lock()
         self._warnings: list[str] = []
@@ -264,7 +269,8 @@ class PrometheusSource:
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         for attempt in range(1, self.max_attempts + 1):
             try:
-                return fn()
+                with self._in_flight:
+                    return fn()
             except _HttpStatusError as e:
                 if e.status not in RETRY_STATUSES or attempt == self.max_attempts:
                     raise self._status_error(what, e) from e
@@ -289,6 +295,14 @@ class PrometheusSource:
             self._sleep(min(delay, self.max_backoff_seconds))
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _parsed(self, what: str, result: Any, *, instant: bool) -> Points:
+        try:
+            return _parse(result, instant=instant)
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            raise PrometheusError(
+                f"prometheus at {self.url} returned a malformed answer to {what}: {_one_line(str(e))}"
+            ) from e
+
     def _backoff(self, attempt: int) -> float:
         return float(min(self.max_backoff_seconds, self.backoff_seconds * 2 ** (attempt - 1)))
 
@@ -309,7 +323,7 @@ class PrometheusSource:
     def instant_points(self, query: str, *, at: datetime | None = None) -> Points:
         params = {} if at is None else {"time": f"{utc(at).timestamp():.3f}"}
         result = self._call("an instant query", lambda: self._client.custom_query(query, params=params))
-        return _parse(result, instant=True)
+        return self._parsed("an instant query", result, instant=True)
 
     def query_range(
         self, query: str, *, start: datetime, end: datetime, step_seconds: int, series_estimate: int = 0
@@ -370,7 +384,7 @@ class PrometheusSource:
             return Points.concat(
                 [self._range_chunk(query, first, a, mid, step), self._range_chunk(query, first, mid, b, step)]
             )
-        return _parse(result, instant=False)
+        return self._parsed("a range query", result, instant=False)
 
     def label_values(
         self,
@@ -403,7 +417,7 @@ class PrometheusSource:
         self,
         window: Window,
         *,
-        exporters: ExporterPods = NO_EXPORTERS,
+        exporters: ExporterPods | Callable[[], ExporterPods] = NO_EXPORTERS,
         matchers: Sequence[promql.Matcher] = (),
         fields: Sequence[Field] = (),
     ) -> pd.DataFrame:
@@ -415,11 +429,14 @@ class PrometheusSource:
         of at most a day, `max_concurrent_queries` at a time. Frame: the DCGM_SAMPLES contract
         (GPU_SAMPLES plus mig_profile, gpu_index, product, namespace, pod, container, util_source) and
         one column per extra field. Rows are absent where nothing was reported; NaN where Prometheus
-        held NaN/±Inf.
+        held NaN/±Inf. `exporters` may be a function, called only when the window holds DCGM series
+        (finding where exporter pods run lists every pod of the cluster).
         """
         step = window.step_seconds
         wanted = [*UTIL_FIELDS, *(f for f in fields if f not in UTIL_FIELDS)]
         queries = self.alias_queries(window, wanted, matchers)
+        if not isinstance(exporters, ExporterPods):
+            exporters = exporters() if queries else NO_EXPORTERS
         estimate = self._series_estimate(wanted, matchers, at=window.end)
         first = window.start + timedelta(seconds=step)
         per_chunk = self.chunk_points(estimate, step_seconds=step)
@@ -564,19 +581,15 @@ def _parse(result: Any, *, instant: bool) -> Points:
     """
     if not isinstance(result, list):
         raise TypeError(f"expected a vector or matrix result, got {type(result).__name__}")
-    series: list[dict[str, str]] = []
-    pairs: list[list[Any]] = []
-    for item in result:
-        labels = item["metric"]
-        found = [item["value"]] if instant else item["values"]
-        if not isinstance(found, list):
-            raise TypeError(f"expected a list of [time, value] pairs, got {type(found).__name__}")
-        if not all(type(v) is str for v in labels.values()):  # JSON keys are str already
-            labels = {str(a): str(b) for a, b in labels.items()}
-        series.append(labels)
-        pairs.append(found)
+    series: list[dict[str, str]] = [item["metric"] for item in result]
+    pairs: list[list[Any]] = [[item["value"]] if instant else item["values"] for item in result]
     if not series:
         return Points.empty()
+    if any(type(found) is not list for found in pairs):
+        raise TypeError("expected lists of [time, value] pairs")
+    # JSON keys are str already; a value that is not (a malformed answer) is made one.
+    if set(map(type, chain.from_iterable(labels.values() for labels in series))) - {str}:
+        series = [{str(a): str(b) for a, b in labels.items()} for labels in series]
     seconds = np.array([p[0] for found in pairs for p in found], dtype=np.float64)
     values = to_float([p[1] for found in pairs for p in found])
     return Points(
