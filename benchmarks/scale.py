@@ -161,6 +161,13 @@ def query_of(window: timedelta) -> str:
 
 def time_pages(base: str, pid: int, repeat: int, windows: list[str], world: timedelta) -> None:
     with browser_page(1440, 1000) as (page, errors):
+        # A fresh browser first fetches and compiles the app's JavaScript (Plotly's is megabytes), once:
+        # timed apart, on the default view /readyz waited for, so a page's cold time is its window's.
+        began = time.perf_counter()
+        page.goto(base + "/", timeout=600_000)
+        page.wait_for_function(DONE, timeout=600_000)
+        seconds = time.perf_counter() - began
+        print(f"  browser: the app's first load (its scripts; the default view warm) {seconds:.2f} s")
         for name in windows:
             length = WINDOWS[name]
             if length > world:

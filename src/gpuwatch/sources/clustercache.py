@@ -17,7 +17,6 @@ from gpuwatch.sources.kubernetes import (
     ClusterState,
     JsonObject,
     KubernetesSource,
-    PodEntry,
     running_pod_entry,
     state_from_parsed,
 )
@@ -157,9 +156,8 @@ class ClusterCache:
             if not watched.synced.wait(self.sync_seconds):
                 raise KubernetesError(watched.error or f"kubernetes: listing {watched.kind} timed out")
         k = self._others
-        pods: list[PodEntry] = self._pods.items()
         return state_from_parsed(
-            k["nodes"].items(), pods, k["namespaces"].items(), k["resourcequotas"].items()
+            k["nodes"].items(), self._pods.items(), k["namespaces"].items(), k["resourcequotas"].items()
         )
 
     def stats(self) -> dict[str, WatchStats]:
