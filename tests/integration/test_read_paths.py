@@ -241,8 +241,8 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
 ) -> None:
     """On the recorded path over the whole fleet, what pages draw before (or instead of) every pod's
     series is the whole report's: the headline, the summary's teams, namespaces and pools (from sums per
-    namespace and pool), the pool rows, the most wasteful workloads, the idle ones and the count of
-    workloads, those idle now and the count of workloads. None of it asks Prometheus for every pod's
+    namespace and pool), the pool rows, the most wasteful workloads, the idle ones, those idle now and the
+    count of workloads. None of it asks Prometheus for every pod's
     allocated or busy GE."""
     service = _service(prom, kubeconfig, 0)
     view = open_view(service, fleet.window, computed_at=NOW)

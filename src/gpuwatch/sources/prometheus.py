@@ -1052,7 +1052,7 @@ def _count_spans(pieces: pd.DataFrame) -> tuple[datetime, list[tuple[float, str,
             runs[-1] = (runs[-1][0] + float(seconds), str(rollup), end)
         else:
             runs.append((float(seconds), str(rollup), end))
-    ats = [end + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[r] / 2 if r else 0) for _, r, end in runs]
+    ats = [_read_time(end, r) for _, r, end in runs]
     last = max(ats)
     spans = [(seconds, r, (last - at).total_seconds()) for (seconds, r, _), at in zip(runs, ats, strict=True)]
     return last.to_pydatetime(), spans
@@ -1238,10 +1238,7 @@ def _read_pieces(
     def read(run: list[int]) -> pd.DataFrame:
         seconds, grid, rollup = float(forms[run[0]][0]), int(forms[run[0]][1]), str(forms[run[0]][2])
         query = build(seconds, grid, rollup)
-        # Roll-ups are read half their period after the piece's end: no sample sits on a range's edge,
-        # which Prometheus 2 takes in and VictoriaMetrics leaves out (an hour's sample sits at its end; a
-        # day's, evaluated at a phase of its own, less than half a day after the end of its hours).
-        at = ends[run[0]] + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[rollup] / 2 if rollup else 0)
+        at = _read_time(ends[run[0]], rollup)
         if len(run) == 1:
             return source.query(query, at=at.to_pydatetime()).assign(piece=ids[run[0]])
         span = ROLLUP_CHUNK_SECONDS if rollup and "pod" not in labels else None
@@ -1267,6 +1264,13 @@ def _read_pieces(
     else:
         parts = [read(run) for run in runs]
     return _labelled(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), labels)
+
+
+def _read_time(end: pd.Timestamp, rollup: str) -> pd.Timestamp:
+    """When a piece ending at `end` is read: roll-ups half their period after it, so no sample sits on a
+    range's edge, which Prometheus 2 takes in and VictoriaMetrics leaves out (an hour's sample sits at its
+    end; a day's, evaluated at a phase of its own, less than half a day after the end of its hours)."""
+    return end + pd.Timedelta(seconds=promql.ROLLUP_LEVEL_SECONDS[rollup] / 2 if rollup else 0)
 
 
 def _labelled(frame: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:

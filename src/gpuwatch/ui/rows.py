@@ -58,24 +58,15 @@ def idle_rows(view: View, limit: int | None = None) -> list[dict[str, Any]]:
     """Workloads idle at their last sample, by waste: those still holding GPUs first ("idle now"); with
     a `limit`, at least its first `limit` rows (only those idle now, when as many are)."""
     end = view.window.end
-    idle_now = view.idle_now()
-    if limit is not None and len(idle_now) >= limit:
-        return [
-            {
-                **w,
-                "idle_for": since_text(pd.Timestamp(w["idle_since"]).to_pydatetime(), end),
-                "idle_now": True,
-            }
-            for w in idle_now[:limit]
-        ]
-    held = view.held_at_end()
-    rows = []
-    for w in view.idle_workloads():
-        if w["idle_since"] is None:
-            continue
-        now = (w["namespace"], w["pod"]) in held
+
+    def row(w: dict[str, Any], now: bool) -> dict[str, Any]:
         since = pd.Timestamp(w["idle_since"]).to_pydatetime()
-        rows.append({**w, "idle_for": since_text(since, end) if now else "ended idle", "idle_now": now})
+        return {**w, "idle_for": since_text(since, end) if now else "ended idle", "idle_now": now}
+
+    if limit is not None and len(view.idle_now()) >= limit:
+        return [row(w, True) for w in view.idle_now()[:limit]]
+    held = view.held_at_end()
+    rows = [row(w, (w["namespace"], w["pod"]) in held) for w in view.idle_workloads() if w["idle_since"]]
     return sorted(rows, key=lambda r: (not r["idle_now"], -r["waste_usd"]))
 
 
