@@ -1,5 +1,6 @@
 """Headless Debian Chromium driven by Playwright, collecting console errors and saving screenshots."""
 
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,3 +82,15 @@ def wait_for_location(page: Page, path_and_query: str, timeout_ms: int = 60_000)
     page.wait_for_function(
         "want => location.pathname + location.search === want", arg=path_and_query, timeout=timeout_ms
     )
+
+
+def choose(page: Page, dropdown_id: str, option: str) -> None:
+    """Pick `option` in the multi-select dropdown `dropdown_id` as a user does: open it, search, click.
+
+    Each step waits for what it acts on (the menu opens and filters asynchronously), so no keystroke is
+    typed before the search box has focus.
+    """
+    page.click(f"#{dropdown_id}")
+    page.fill(".dash-dropdown-search", option)
+    page.locator(".dash-dropdown-option", has_text=re.compile(f"^{re.escape(option)}$")).click()
+    page.keyboard.press("Escape")

@@ -19,7 +19,14 @@ from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
 from gpuwatch.ui.components import change, points
 from gpuwatch.views.base import team_changes
-from tests.integration.browser import browser_page, screenshot, settle, table_rows, wait_for_location
+from tests.integration.browser import (
+    browser_page,
+    choose,
+    screenshot,
+    settle,
+    table_rows,
+    wait_for_location,
+)
 from tests.integration.ui_server import serve_app
 
 pytestmark = pytest.mark.integration
@@ -167,10 +174,7 @@ def test_a_filter_changes_the_content_and_the_url_and_back_works(
     settle(p)
     everyone = [r["team"] for r in table_rows(p, "waste-teams")]
     assert len(everyone) > 5
-    p.click("#filter-team")
-    p.keyboard.type("robotics")
-    p.keyboard.press("Enter")
-    p.keyboard.press("Escape")
+    choose(p, "filter-team", "robotics")
     wait_for_location(p, "/waste?team=robotics")
     settle(p)
     assert [r["team"] for r in table_rows(p, "waste-teams")] == ["robotics"]
