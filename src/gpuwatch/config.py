@@ -1,16 +1,18 @@
 """Settings: CLI flags > GPUWATCH_* environment > YAML config file > defaults. The only env reader."""
 
+import itertools
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import IdleParams, PriceBook, TeamRules
+from gpuwatch.model import Amortization, DatedPrice, IdleParams, PriceBook, TeamRules, normalize_product
 from gpuwatch.units import parse_duration_seconds
 
 
@@ -59,7 +61,11 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "prometheus": {"url": "str", "bearer_token_file": "str", "ca_file": "str", "timeout": "duration"},
     "kubernetes": {"kubeconfig": "str", "context": "str"},
     "teams": {"pod_label_keys": "str_list", "namespace_label_keys": "str_list", "namespaces": "str_map"},
-    "pricing": {"default_usd_per_gpu_hour": "price", "products": "price_map"},
+    "pricing": {
+        "default_usd_per_gpu_hour": "price",
+        "products": "price_map",
+        "amortization": "amortization_map",
+    },
     "idle": {"threshold": "ratio", "window": "duration"},
     "views": {"raw_max_gpu_samples": "count"},
 }
@@ -149,12 +155,98 @@ def _check(name: str, kind: str, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"config: {name} must be a list of strings")
         return tuple(value)
-    if kind in ("str_map", "price_map"):
+    if kind in ("str_map", "price_map", "amortization_map"):
         if not isinstance(value, dict):
             raise ConfigError(f"config: {name} must be a mapping")
-        value_kind = "str" if kind == "str_map" else "price"
+        value_kind = {"str_map": "str", "price_map": "dated_price", "amortization_map": "amortization"}[kind]
         return {str(k): _check(f"{name}.{k}", value_kind, v) for k, v in value.items()}
+    if kind == "dated_price":
+        return _check(name, "price", value) if not isinstance(value, list) else _dated_prices(name, value)
+    if kind == "amortization":
+        return _amortization(name, value)
     raise AssertionError(kind)
+
+
+def _fields(
+    name: str, value: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A mapping with exactly the `required` keys and some of the `optional` ones (one-line errors)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"config: {name} must be a mapping with {', '.join(required)}")
+    for key in value:
+        if key not in required + optional:
+            raise ConfigError(f"config: unknown key {name}.{key}")
+    for key in required:
+        if key not in value:
+            raise ConfigError(f"config: {name} lacks {key}")
+    return value
+
+
+def _dated_prices(name: str, value: list[Any]) -> tuple[DatedPrice, ...]:
+    """[{from, usd_per_gpu_hour}, ...] -> DatedPrice by start; two prices from one time overlap."""
+    if not value:
+        raise ConfigError(f"config: {name} must list at least one {{from, usd_per_gpu_hour}}")
+    prices = []
+    for k, item in enumerate(value):
+        where = f"{name}[{k}]"
+        entry = _fields(where, item, ("from", "usd_per_gpu_hour"))
+        start = _instant(f"{where}.from", entry["from"])
+        prices.append(
+            DatedPrice(
+                start=start,
+                usd_per_gpu_hour=_check(f"{where}.usd_per_gpu_hour", "price", entry["usd_per_gpu_hour"]),
+            )
+        )
+    prices.sort(key=lambda p: p.start)
+    for a, b in itertools.pairwise(prices):
+        if a.start == b.start:
+            raise ConfigError(
+                f"config: {name} has two prices from {a.start.isoformat()} (dated prices overlap)"
+            )
+    return tuple(prices)
+
+
+def _instant(name: str, value: Any) -> datetime:
+    """An ISO 8601 time with a timezone (YAML may hand it over parsed), or a date (midnight UTC)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(f"config: {name} must be an ISO 8601 time, got {value!r}") from None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
+    if not isinstance(value, datetime):
+        raise ConfigError(f"config: {name} must be an ISO 8601 time, got {value!r}")
+    if value.tzinfo is None:
+        raise ConfigError(f"config: {name} must carry a timezone (e.g. 2026-11-15T00:00:00Z), got {value}")
+    return value.astimezone(UTC)
+
+
+def _amortization(name: str, value: Any) -> Amortization:
+    entry = _fields(name, value, ("purchase_usd", "months"), ("residual_usd",))
+    purchase = _check(f"{name}.purchase_usd", "price", entry["purchase_usd"])
+    months = entry["months"]
+    if isinstance(months, bool) or not isinstance(months, int) or months < 1:
+        raise ConfigError(f"config: {name}.months must be a whole number of months ≥ 1, got {months!r}")
+    residual = _check(f"{name}.residual_usd", "price", entry.get("residual_usd", 0.0))
+    if residual > purchase:
+        raise ConfigError(f"config: {name}.residual_usd ({residual:g}) exceeds purchase_usd ({purchase:g})")
+    return Amortization(purchase_usd=purchase, months=months, residual_usd=residual)
+
+
+def _price_book(v: Mapping[str, Any]) -> PriceBook:
+    products, amortization = v["pricing.products"] or {}, v["pricing.amortization"] or {}
+    both = sorted({normalize_product(p) for p in products} & {normalize_product(p) for p in amortization})
+    if both:
+        raise ConfigError(
+            f"config: pricing: {both[0]} is both priced (products) and amortized (amortization)"
+        )
+    default = v["pricing.default_usd_per_gpu_hour"]
+    return PriceBook(
+        default_usd_per_gpu_hour=2.0 if default is None else default,
+        products=products,
+        amortization=amortization,
+    )
 
 
 def _build(v: Mapping[str, Any]) -> Settings:
@@ -174,10 +266,7 @@ def _build(v: Mapping[str, Any]) -> Settings:
             namespace_label_keys=pick("teams.namespace_label_keys", ("team",)),
             namespaces=pick("teams.namespaces", {}),
         ),
-        pricing=PriceBook(
-            default_usd_per_gpu_hour=pick("pricing.default_usd_per_gpu_hour", 2.0),
-            products=pick("pricing.products", {}),
-        ),
+        pricing=_price_book(v),
         idle=IdleParams(
             threshold_ratio=pick("idle.threshold", 0.05),
             window_seconds=int(pick("idle.window", 1800)),

@@ -220,7 +220,7 @@ def assemble(
     """
     hours = SampleHours(sums.pieces)
     prices = _published_prices(sums, hours)
-    price_of = _price_lookup(prices, settings)
+    price_of = _price_lookup(prices, settings, sums)
     pool_hours = _pool_ledger(sums, hours)
     usd = price_of(pool_hours["pool"])
     ledger = {f"{s}_gpu_hours": float(pool_hours[f"{s}_gpu_hours"].sum()) for s in LEDGER_STATES}
@@ -257,6 +257,12 @@ def assemble(
         f"unknown product {p or '(none)'} priced at default ${default:.2f}/GPU-hour"
         for p in sorted(set(pools["pool"].astype("str")) - set(prices))
         if not settings.pricing.knows(p)
+    ]
+    warnings += [
+        f"the price of {product} changes at {_iso(when)}, inside the window: the history path prices "
+        "workloads, namespaces, pools and the fleet at each pool's time-averaged published price, teams "
+        "at every sample's (--source raw prices every sample)"
+        for product, when in settings.pricing.changes(window.start, window.end)
     ]
     warnings.append(
         "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "
@@ -386,14 +392,16 @@ def _pool_ledger(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
     return wide.rename_axis(index="pool").reset_index()
 
 
-def _price_lookup(prices: Mapping[str, float], settings: Settings) -> "PriceOf":
-    """Each row's pool price, the published one else the price book's: looked up once per pool, not per
-    row (a month holds ~50,000 pods)."""
-    book = settings.pricing.usd_per_gpu_hour
+def _price_lookup(prices: Mapping[str, float], settings: Settings, sums: HistorySums) -> "PriceOf":
+    """Each row's pool price, the published one else the price book's in force at the window's end:
+    looked up once per pool, not per row (a month holds ~50,000 pods)."""
+    book = settings.pricing
+    # The window's end (no piece: no row to price, and any time will do).
+    end = pd.Timestamp(sums.pieces["end"].max() if len(sums.pieces) else "1970-01-01Z").to_pydatetime()
 
     def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
         names = pools.astype("str")
-        return per_row(names, {p: prices.get(p, book(p)) for p in names.unique()})
+        return per_row(names, {p: prices.get(p, book.usd_per_gpu_hour(p, end)) for p in names.unique()})
 
     return price_of
 
@@ -410,7 +418,7 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     two label sets in its last piece takes the one holding more GE at its end (assemble: the one held
     longer in the window)."""
     hours = SampleHours(sums.pieces)
-    price_of = _price_lookup(_published_prices(sums, hours), settings)
+    price_of = _price_lookup(_published_prices(sums, hours), settings, sums)
     idle = hours.by(sums.pod_idle, list(POD_KEYS), "idle_gpu_hours")
     idle = idle[idle["idle_gpu_hours"] > 0]
     idle = idle.assign(waste_usd=idle["idle_gpu_hours"].to_numpy() * price_of(idle["pool"]))
@@ -426,7 +434,7 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
 def workload_table(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     """assemble()'s workload table alone: one row per pod of the pod families in `sums`."""
     hours = SampleHours(sums.pieces)
-    return _workloads(sums, hours, _price_lookup(_published_prices(sums, hours), settings))
+    return _workloads(sums, hours, _price_lookup(_published_prices(sums, hours), settings, sums))
 
 
 def _last_seen(sums: HistorySums) -> pd.DataFrame:

@@ -5,6 +5,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
 
 from gpuwatch.errors import ConfigError, DataError
 
@@ -233,21 +237,91 @@ class TeamRules:
         return self.namespaces.get(namespace) or namespace
 
 
+HOURS_PER_MONTH: Final = 730.0  # 365 × 24 / 12: the month amortization and budgets count in
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatedPrice:
+    """A price in force from `start` (UTC) until the next dated price of its product."""
+
+    start: datetime
+    usd_per_gpu_hour: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Amortization:
+    """An owned GPU's cost spread over its life: (purchase − residual) / (months × HOURS_PER_MONTH)."""
+
+    purchase_usd: float
+    months: int
+    residual_usd: float = 0.0
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        return (self.purchase_usd - self.residual_usd) / (self.months * HOURS_PER_MONTH)
+
+
+# A product's price: one for all time, or dated prices (each from its start until the next).
+Price = float | tuple[DatedPrice, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PriceBook:
-    """USD per GPU-hour by normalized product; `default` for products it does not name."""
+    """USD per GPU-hour by normalized product: a price for all time, dated prices, or an amortized
+    purchase; `default` for products it does not name and before a product's first dated price."""
 
     default_usd_per_gpu_hour: float = 2.0
-    products: Mapping[str, float] = field(default_factory=dict)
+    products: Mapping[str, Price] = field(default_factory=dict)
+    amortization: Mapping[str, Amortization] = field(default_factory=dict)
 
-    def usd_per_gpu_hour(self, product: str) -> float:
-        return self.normalized().get(normalize_product(product), self.default_usd_per_gpu_hour)
+    def usd_per_gpu_hour(self, product: str, at: datetime) -> float:
+        """The price in force at `at`."""
+        return float(self.prices_at(product, np.asarray([utc(at).timestamp()]))[0])
+
+    def prices_at(self, product: str, seconds: "npt.NDArray[np.float64]") -> "npt.NDArray[np.float64]":
+        """The price in force at each of `seconds` (epoch seconds), vectorized."""
+        starts, prices = self.schedule(product)
+        k = np.searchsorted(starts, seconds, side="right") - 1
+        return np.where(k >= 0, prices[np.maximum(k, 0)], self.default_usd_per_gpu_hour)
+
+    def rates(self, products: "npt.ArrayLike", seconds: "npt.ArrayLike") -> "npt.NDArray[np.float64]":
+        """Per row, the price of its product in force at its time (epoch seconds), each product's
+        schedule looked up once."""
+        names, codes = np.unique(np.asarray(products, dtype=object).astype(str), return_inverse=True)
+        at = np.asarray(seconds, dtype=np.float64)
+        out = np.empty(len(at), dtype=np.float64)
+        for k, name in enumerate(names):
+            rows = codes == k
+            out[rows] = self.prices_at(str(name), at[rows])
+        return out
+
+    def schedule(self, product: str) -> tuple["npt.NDArray[np.float64]", "npt.NDArray[np.float64]"]:
+        """Epoch seconds each of the product's prices is in force from (−inf: all time), and the prices."""
+        price = self.normalized().get(normalize_product(product), self.default_usd_per_gpu_hour)
+        if isinstance(price, tuple):
+            starts = [p.start.timestamp() for p in price]
+            return np.asarray(starts, dtype=np.float64), np.asarray([p.usd_per_gpu_hour for p in price])
+        return np.asarray([-np.inf]), np.asarray([float(price)])
+
+    def changes(self, start: datetime, end: datetime) -> list[tuple[str, datetime]]:
+        """(product, when) of every dated price that takes effect inside (start, end], by time."""
+        found = [
+            (product, p.start)
+            for product, price in self.normalized().items()
+            if isinstance(price, tuple)
+            for p in price
+            if start < p.start <= end
+        ]
+        return sorted(found, key=lambda c: (c[1], c[0]))
 
     def knows(self, product: str) -> bool:
         return normalize_product(product) in self.normalized()
 
-    def normalized(self) -> dict[str, float]:
-        return {normalize_product(k): v for k, v in self.products.items()}
+    def normalized(self) -> dict[str, Price]:
+        amortized: dict[str, Price] = {
+            normalize_product(k): a.usd_per_gpu_hour for k, a in self.amortization.items()
+        }
+        return amortized | {normalize_product(k): v for k, v in self.products.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -80,12 +80,12 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         per_pool = per_pool[per_pool["timestamp"] == last]
     t = ["timestamp"]
     pod_keys = ["namespace", "pod", "team", "node", "pool"]
-    price = price_per_pool(analysis)
+    book = analysis.settings.pricing
     marked = marked.assign(
         idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
         unknown_ge=np.where(marked["util_ratio"].isna(), marked["ge_share"], 0.0),
         util_ge=marked["ge_share"] * marked["util_ratio"],
-        usd=marked["ge_share"] * per_row(marked["pool"], price),
+        usd=marked["ge_share"] * book.rates(marked["pool"], epoch_seconds(marked["timestamp"])),
     )
     marked = marked.assign(idle_usd=np.where(marked["idle"], marked["usd"], 0.0))
     pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
@@ -104,7 +104,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
     util = util.assign(value=util["util_ge"] / util["ge"])
     # A pod is idle since its below-threshold run began while every unit it holds is idle (as idle_since()).
     idle_pods = pods[(pods["idle_units"] == pods["units"]) & pods["low_since"].notna()]
-    idle_pods = idle_pods.assign(value=_epoch_seconds(idle_pods["low_since"]))
+    idle_pods = idle_pods.assign(value=epoch_seconds(idle_pods["low_since"]))
     families = [
         Family(
             "gpuwatch_pod_gpu_allocation",
@@ -266,7 +266,8 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             blocks,
         )
     )
-    prices = times.merge(pd.DataFrame({"pool": list(price), "value": list(price.values())}), how="cross")
+    prices = times.merge(pd.DataFrame({"pool": sorted(_pools(analysis))}), how="cross")
+    prices["value"] = book.rates(prices["pool"], epoch_seconds(prices["timestamp"]))
     families.append(
         Family(
             "gpuwatch_pool_price_usd_per_gpu_hour",
@@ -320,9 +321,14 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
 
 
 def price_per_pool(analysis: "Analysis") -> dict[str, float]:
-    """USD per GPU-hour of every pool the analysis names (the price book's default where unknown)."""
-    pools = set(analysis.nodes["pool"].unique()) | set(analysis.marked["pool"].unique())
-    return {pool: analysis.settings.pricing.usd_per_gpu_hour(pool) for pool in sorted(pools)}
+    """USD per GPU-hour in force at the analysis's end of every pool it names (the price book's default
+    where unknown): what a cycle publishes, so that history prices each sample at its time."""
+    book, at = analysis.settings.pricing, analysis.window.end
+    return {pool: book.usd_per_gpu_hour(pool, at) for pool in sorted(_pools(analysis))}
+
+
+def _pools(analysis: "Analysis") -> set[str]:
+    return set(analysis.nodes["pool"].unique()) | set(analysis.marked["pool"].unique())
 
 
 def per_row(keys: "pd.Series[str]", table: Mapping[str, float]) -> npt.NDArray[np.float64]:
@@ -384,7 +390,8 @@ def write_openmetrics(
     return written
 
 
-def _epoch_seconds(times: "pd.Series[pd.Timestamp]") -> "pd.Series[float]":
+def epoch_seconds(times: "pd.Series[pd.Timestamp]") -> "pd.Series[float]":
+    """Epoch seconds of UTC timestamps (to the millisecond)."""
     seconds: pd.Series[float] = times.dt.as_unit("ms").astype("int64") / 1e3
     return seconds
 

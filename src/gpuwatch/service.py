@@ -65,7 +65,7 @@ def demo_settings(settings: Settings | None = None) -> Settings:
     )
     # The demo's price book, unless the user brought one.
     pricing = base.pricing
-    if not pricing.products:
+    if not pricing.products and not pricing.amortization:
         pricing = PriceBook(
             default_usd_per_gpu_hour=pricing.default_usd_per_gpu_hour, products=DEMO_PRICES_USD_PER_GPU_HOUR
         )
@@ -695,7 +695,8 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     )
     for extra in (ledger_hours, pool_cost, pool_usage[["pool", "used_gpu_hours"]], frag, blocks):
         pools = pools.merge(extra, on="pool", how="left")
-    pools["usd_per_gpu_hour"] = pools["pool"].map(book.usd_per_gpu_hour).astype("float64")
+    end = analysis.window.end  # a pool's price: the one in force at the window's end
+    pools["usd_per_gpu_hour"] = pools["pool"].map(lambda p: book.usd_per_gpu_hour(p, end)).astype("float64")
     tables["pool"] = pools
     fleet_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step)
     fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=())

@@ -1,5 +1,6 @@
 """Settings: YAML < GPUWATCH_* env < flags; one-line errors naming the key."""
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,9 @@ pricing:
   products: {NVIDIA-H100-80GB-HBM3: 4.0, NVIDIA-L4: 0.8}
 idle: {threshold: 0.1, window: 1h}
 """
+
+
+NOW = datetime(2026, 11, 20, tzinfo=UTC)
 
 
 def _write(tmp_path: Path, text: str) -> str:
@@ -43,7 +47,7 @@ def test_full_file(tmp_path: Path) -> None:
     assert s.kubernetes.context == "prod"
     assert s.teams.pod_label_keys == ("team", "owner")
     assert s.teams.namespaces == {"notebooks": "data-science"}
-    assert s.pricing.usd_per_gpu_hour("NVIDIA H100 80GB HBM3") == 4.0
+    assert s.pricing.usd_per_gpu_hour("NVIDIA H100 80GB HBM3", NOW) == 4.0
     assert s.pricing.default_usd_per_gpu_hour == 2.5
     assert s.idle.threshold_ratio == 0.1 and s.idle.window_seconds == 3600
 
@@ -81,6 +85,41 @@ def test_config_path_from_env(tmp_path: Path) -> None:
         ("pricing: {products: {NVIDIA-L4: -0.8}}", "config: pricing.products.NVIDIA-L4 must not be negative"),
         ("pricing: {products: {NVIDIA-L4: cheap}}", "config: pricing.products.NVIDIA-L4 must be a number"),
         ("teams: {pod_label_keys: team}", "config: teams.pod_label_keys must be a list of strings"),
+        (
+            "pricing: {products: {X: [{from: 2026-01-01T00:00:00Z, usd_per_gpu_hour: 1},"
+            " {from: 2026-01-01T00:00:00Z, usd_per_gpu_hour: 2}]}}",
+            "config: pricing.products.X has two prices from 2026-01-01T00:00:00+00:00 (dated prices overlap)",
+        ),
+        (
+            "pricing: {products: {X: [{from: 2026-01-01T00:00:00, usd_per_gpu_hour: 1}]}}",
+            "config: pricing.products.X[0].from must carry a timezone",
+        ),
+        (
+            "pricing: {products: {X: [{from: soon, usd_per_gpu_hour: 1}]}}",
+            "config: pricing.products.X[0].from must be an ISO 8601 time, got 'soon'",
+        ),
+        (
+            "pricing: {products: {X: [{from: 2026-01-01, usd_per_gpu_hour: -1}]}}",
+            "config: pricing.products.X[0].usd_per_gpu_hour must not be negative",
+        ),
+        (
+            "pricing: {products: {X: [{from: 2026-01-01, price: 1}]}}",
+            "config: unknown key pricing.products.X[0].price",
+        ),
+        ("pricing: {products: {X: []}}", "config: pricing.products.X must list at least one"),
+        (
+            "pricing: {amortization: {X: {purchase_usd: 100, months: 0}}}",
+            "config: pricing.amortization.X.months must be a whole number of months ≥ 1, got 0",
+        ),
+        (
+            "pricing: {amortization: {X: {purchase_usd: 100, months: 12, residual_usd: 200}}}",
+            "config: pricing.amortization.X.residual_usd (200) exceeds purchase_usd (100)",
+        ),
+        ("pricing: {amortization: {X: {purchase_usd: 100}}}", "config: pricing.amortization.X lacks months"),
+        (
+            "pricing: {products: {NVIDIA L4: 1}, amortization: {NVIDIA-L4: {purchase_usd: 100, months: 2}}}",
+            "config: pricing: NVIDIA-L4 is both priced (products) and amortized (amortization)",
+        ),
         ("prometheus: [1, 2]", "config: prometheus must be a mapping"),
         ("- just\n- a list", "top level must be a mapping"),
         ("prometheus: {url: [unclosed", "is not valid YAML at line 1"),
@@ -96,3 +135,22 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, text: str, messag
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"cannot read config file .*nope.yaml: No such file"):
         load_settings(config_path=str(tmp_path / "nope.yaml"), env={})
+
+
+def test_dated_prices_and_amortization_from_the_issue_example(tmp_path: Path) -> None:
+    text = """
+pricing:
+  products:
+    NVIDIA-A100-SXM4-80GB:
+      - {from: 2026-11-15T00:00:00Z, usd_per_gpu_hour: 2.0}
+      - {from: 2026-01-01T00:00:00Z, usd_per_gpu_hour: 2.5}
+    NVIDIA-H100-80GB-HBM3: 4.0
+  amortization: {NVIDIA-L4: {purchase_usd: 9000, months: 36, residual_usd: 0}}
+"""
+    book = load_settings(config_path=_write(tmp_path, text), env={}).pricing
+    a100 = "NVIDIA A100-SXM4-80GB"
+    assert book.usd_per_gpu_hour(a100, datetime(2026, 11, 14, 23, 59, tzinfo=UTC)) == 2.5
+    assert book.usd_per_gpu_hour(a100, datetime(2026, 11, 15, tzinfo=UTC)) == 2.0  # listed out of order
+    assert book.usd_per_gpu_hour(a100, datetime(2025, 12, 31, tzinfo=UTC)) == 2.0  # the default, before any
+    assert book.usd_per_gpu_hour("NVIDIA-H100-80GB-HBM3", NOW) == 4.0  # a plain number: all time
+    assert book.usd_per_gpu_hour("NVIDIA-L4", NOW) == pytest.approx(9000 / (36 * 730))

@@ -7,7 +7,7 @@ import pytest
 from pandas.testing import assert_frame_equal
 
 from gpuwatch.analytics.cost import ledger_cost, price_warnings, usage_cost, usd_per_gpu_hour
-from gpuwatch.model import PriceBook
+from gpuwatch.model import Amortization, DatedPrice, PriceBook
 from gpuwatch.schema import IDLE_MARKED
 
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")
@@ -24,7 +24,7 @@ EXACT = {"check_exact": False, "rtol": 1e-12, "atol": 1e-15}
 def test_price_per_pool_keeps_the_index() -> None:
     pools = pd.Series([H100, WEIRD, T4, A100], index=[10, 11, 12, 13], dtype="str")
     expected = pd.Series([4.0, 2.0, 0.35, 2.5], index=[10, 11, 12, 13], name="usd_per_gpu_hour")
-    pd.testing.assert_series_equal(usd_per_gpu_hour(pools, BOOK), expected)
+    pd.testing.assert_series_equal(usd_per_gpu_hour(pools, BOOK, pd.Series(T0, index=pools.index)), expected)
     assert price_warnings(pools, BOOK) == [WARNING]
     assert price_warnings(pd.Series(["", H100], dtype="str"), BOOK) == [
         "unknown product (none) priced at default $2.00/GPU-hour"
@@ -138,3 +138,45 @@ def test_usage_cost_per_workload_sums_to_the_fleet() -> None:
     assert workloads["pod"].tolist() == ["p", "q", "r", "s"]
     assert workloads["waste_usd"].sum() == pytest.approx(fleet["waste_usd"].iloc[0])
     assert fleet["cost_usd"].iloc[0] == pytest.approx(8 + 3 / 7 * 2.5 + 0.0875 + 2)
+
+
+# The A100 costs $2.5 until 2026-11-20 02:00 and $2.0 from then; the L4 is owned: $9,000 over 36 months
+# with no residual value is 9000 / (36 × 730 h) per GPU-hour.
+DATED = PriceBook(
+    default_usd_per_gpu_hour=2.0,
+    products={
+        A100: (
+            DatedPrice(start=T0.to_pydatetime() - pd.Timedelta(days=30), usd_per_gpu_hour=2.5),
+            DatedPrice(start=(T0 + pd.Timedelta(hours=2)).to_pydatetime(), usd_per_gpu_hour=2.0),
+        )
+    },
+    amortization={"NVIDIA L4": Amortization(purchase_usd=9000.0, months=36)},
+)
+L4_RATE = 9000 / (36 * 730)
+
+
+def test_a_price_change_mid_window_prices_each_sample_at_the_rate_then() -> None:
+    # One A100 held by pod p for four hourly samples, idle in the last; one L4 held by q for the first two.
+    rows = [(k, "p", A100, k == 3) for k in range(4)] + [(k, "q", "NVIDIA-L4", False) for k in range(2)]
+    frame = marked().iloc[[0] * len(rows)].reset_index(drop=True)
+    frame["timestamp"] = pd.to_datetime([T0 + pd.Timedelta(hours=r[0]) for r in rows], utc=True)
+    frame["pod"] = pd.Series([r[1] for r in rows], dtype="str")
+    frame["pool"] = pd.Series([r[2] for r in rows], dtype="str")
+    frame["idle"] = [r[3] for r in rows]
+    costs, warnings = usage_cost(frame, step_seconds=3600, price_book=DATED, by="workload")
+    # p: 00:00 and 01:00 at $2.5, 02:00 (the change) and 03:00 at $2.0; its idle hour is at $2.0.
+    assert costs["cost_usd"].tolist() == pytest.approx([2.5 + 2.5 + 2.0 + 2.0, 2 * L4_RATE])
+    assert costs["waste_usd"].tolist() == pytest.approx([2.0, 0.0])
+    assert warnings == []  # an amortized product is a known one
+    ledger = by_node().iloc[[1, 1, 1]].reset_index(drop=True)  # the A100 node at 01:00, 02:00, 03:00
+    ledger["timestamp"] = pd.to_datetime([T0 + pd.Timedelta(hours=h) for h in (1, 2, 3)], utc=True)
+    fleet, _ = ledger_cost(ledger, step_seconds=3600, price_book=DATED, by=())
+    # Each sample: allocated 5/7 GE, unallocated 2/7; priced 2.5, 2.0, 2.0.
+    assert fleet["cost_usd"].iloc[0] == pytest.approx(5 / 7 * (2.5 + 2.0 + 2.0))
+    assert fleet["unallocated_cost_usd"].iloc[0] == pytest.approx(2 / 7 * (2.5 + 2.0 + 2.0))
+
+
+def test_before_a_products_first_dated_price_the_default_applies() -> None:
+    early = pd.Series([T0 - pd.Timedelta(days=31), T0], dtype="datetime64[ns, UTC]")
+    prices = usd_per_gpu_hour(pd.Series([A100, A100], dtype="str"), DATED, early)
+    assert prices.tolist() == [2.0, 2.5]

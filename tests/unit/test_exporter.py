@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
 from gpuwatch.exporter import ExportLoop, GpuwatchCollector
-from gpuwatch.model import Window
-from gpuwatch.series import Family, write_openmetrics
+from gpuwatch.model import DatedPrice, PriceBook, Window
+from gpuwatch.series import Family, published_series, write_openmetrics
 from gpuwatch.service import FleetService, SimulatedSources
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
@@ -140,3 +141,28 @@ def test_openmetrics_history_writes_each_series_whole_and_in_time_order() -> Non
         'gpuwatch_x{pool="c"} 5.0 1795132890.000\n'
         'gpuwatch_x{pool="c"} 3.0 1795132950.000\n'
     )
+
+
+def test_published_prices_and_team_costs_are_those_in_force_at_each_sample(sources: FlakySources) -> None:
+    """A price change inside a backfilled window: each sample's price and team cost use the rate then."""
+    window = Window(
+        start=datetime(2026, 11, 19, 22, tzinfo=UTC), end=datetime(2026, 11, 20, tzinfo=UTC), step_seconds=600
+    )
+    change = datetime(2026, 11, 19, 23, tzinfo=UTC)
+    pools = sorted(FleetService.demo(Settings(), sources.fleet).analysis(window).nodes["pool"].unique())
+    dated = (
+        DatedPrice(start=window.start, usd_per_gpu_hour=3.0),
+        DatedPrice(start=change, usd_per_gpu_hour=1.0),
+    )
+    settings = Settings(pricing=PriceBook(products={pool: dated for pool in pools}))
+    analysis = FleetService.demo(settings, sources.fleet).analysis(window)
+    families = {f.name: f.samples for f in published_series(analysis, last_only=False)}
+    prices = families["gpuwatch_pool_price_usd_per_gpu_hour"]
+    before = prices["timestamp"] < pd.Timestamp(change)
+    assert set(prices.loc[before, "value"]) == {3.0} and set(prices.loc[~before, "value"]) == {1.0}
+    held = families["gpuwatch_team_gpus"]
+    allocated = held[held["state"].str.startswith("allocated_")].groupby("timestamp")["value"].sum()
+    cost = families["gpuwatch_team_cost_usd_per_hour"].groupby("timestamp")["value"].sum()
+    rate = pd.Series(np.where(allocated.index < pd.Timestamp(change), 3.0, 1.0), index=allocated.index)
+    assert allocated.min() > 0
+    pd.testing.assert_series_equal(cost, allocated * rate, check_names=False)

@@ -13,7 +13,7 @@ import pytest
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import IDLE_FAMILIES, assemble, idle_workloads, merge_covered, wants_history
-from gpuwatch.model import PriceBook, Window
+from gpuwatch.model import DatedPrice, PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render, workload_rows
 from gpuwatch.sources import promql
 from gpuwatch.sources.prometheus import HistorySums, day_span, pod_totals, window_pieces
@@ -327,6 +327,24 @@ def test_nothing_but_empty_frames_is_a_report() -> None:
     jsonschema.validate(report, json_schema())
     assert report["fleet"]["capacity_gpu_hours"] == 0.0
     assert report["teams"] == report["workloads"] == report["pools"] == []
+
+
+def test_a_price_change_inside_the_window_is_named_and_the_book_prices_at_the_windows_end() -> None:
+    change = datetime(2026, 11, 18, 12, tzinfo=UTC)
+    dated = (
+        DatedPrice(start=WINDOW.start, usd_per_gpu_hour=3.0),
+        DatedPrice(start=change, usd_per_gpu_hour=2.0),
+    )
+    settings = Settings(pricing=PriceBook(products={ACME: dated}))
+    report = build_history_report(assemble(_fleet(), window=WINDOW, settings=settings))
+    assert (
+        f"the price of {ACME} changes at 2026-11-18T12:00:00Z, inside the window: the history path prices "
+        "workloads, namespaces, pools and the fleet at each pool's time-averaged published price, teams at "
+        "every sample's (--source raw prices every sample)"
+    ) in report["coverage"]["warnings"]
+    # ACME publishes no price: the book's, in force at the window's end, stands in for it.
+    assert {p["pool"]: p.get("usd_per_gpu_hour") for p in report["pools"]}[ACME] == 2.0
+    assert not any(w.startswith("unknown product ACME") for w in report["coverage"]["warnings"])
 
 
 def test_table_names_the_path() -> None:

@@ -6,6 +6,8 @@ import pytest
 
 from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import (
+    Amortization,
+    DatedPrice,
     Node,
     PriceBook,
     TeamRules,
@@ -84,9 +86,10 @@ def test_team_resolution_order() -> None:
 
 def test_price_book_normalizes_products() -> None:
     book = PriceBook(default_usd_per_gpu_hour=2.0, products={"NVIDIA H100 80GB HBM3": 4.0, "nvidia-l4": 0.8})
-    assert book.usd_per_gpu_hour("NVIDIA-H100-80GB-HBM3") == 4.0
-    assert book.usd_per_gpu_hour("NVIDIA-L4") == 0.8
-    assert book.usd_per_gpu_hour("NVIDIA-B200") == 2.0
+    now = datetime(2026, 11, 20, tzinfo=UTC)
+    assert book.usd_per_gpu_hour("NVIDIA-H100-80GB-HBM3", now) == 4.0
+    assert book.usd_per_gpu_hour("NVIDIA-L4", now) == 0.8
+    assert book.usd_per_gpu_hour("NVIDIA-B200", now) == 2.0
     assert book.knows("NVIDIA L4") and not book.knows("NVIDIA-B200")
 
 
@@ -102,3 +105,26 @@ def test_window_samples_and_coarsening() -> None:
         Window(start=start, end=start)
     with pytest.raises(ConfigError):
         Window(start=start.replace(tzinfo=None), end=start + timedelta(hours=1))
+
+
+def test_dated_prices_each_hold_from_their_start_until_the_next() -> None:
+    def at(day: int) -> datetime:
+        return datetime(2026, 11, day, tzinfo=UTC)
+
+    book = PriceBook(
+        default_usd_per_gpu_hour=3.0,
+        products={
+            "NVIDIA A100": (
+                DatedPrice(start=at(1), usd_per_gpu_hour=2.5),
+                DatedPrice(start=at(15), usd_per_gpu_hour=2.0),
+            )
+        },
+        amortization={"NVIDIA-L4": Amortization(purchase_usd=9000.0, months=36, residual_usd=1000.0)},
+    )
+    assert book.usd_per_gpu_hour("NVIDIA-A100", at(14)) == 2.5
+    assert book.usd_per_gpu_hour("NVIDIA-A100", at(15)) == 2.0  # in force from its start
+    assert book.usd_per_gpu_hour("NVIDIA-A100", datetime(2026, 10, 31, 23, tzinfo=UTC)) == 3.0  # none yet
+    assert book.usd_per_gpu_hour("NVIDIA-L4", at(1)) == pytest.approx(8000 / (36 * 730))
+    assert book.knows("nvidia l4") and book.knows("NVIDIA-A100") and not book.knows("NVIDIA-B200")
+    assert book.changes(at(1), at(20)) == [("NVIDIA-A100", at(15))]  # the start itself is no change inside
+    assert book.changes(at(15), at(20)) == []

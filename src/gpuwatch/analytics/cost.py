@@ -10,36 +10,35 @@ from gpuwatch.analytics.ledger import SECONDS_PER_HOUR, summarize_usage
 from gpuwatch.model import ALLOCATED_STATES, PriceBook
 
 
-def usd_per_gpu_hour(pools: "pd.Series[Any]", price_book: PriceBook) -> "pd.Series[float]":
-    """Price per GE-hour of each row's pool (same index); the book's default for products it lacks.
+def usd_per_gpu_hour(
+    pools: "pd.Series[Any]", price_book: PriceBook, timestamps: "pd.Series[Any]"
+) -> "pd.Series[float]":
+    """Price per GE-hour of each row's pool (same index) in force at its timestamp; the book's default
+    for products it lacks.
 
     A pool is a normalized product name, and the book normalizes its keys the same way. A MIG or
     time-sliced share costs GE × price, which pricing GE-hours already does (SPEC §3).
     """
-    prices, _ = _prices(pools, price_book)
+    prices, _ = _prices(pools, price_book, timestamps)
     return pd.Series(prices, index=pools.index, name="usd_per_gpu_hour", dtype="float64")
 
 
 def price_warnings(pools: "pd.Series[Any]", price_book: PriceBook) -> list[str]:
     """One coverage warning per distinct product the price book does not name (sorted); never raises."""
-    _, warnings = _prices(pools, price_book)
-    return warnings
+    default = price_book.default_usd_per_gpu_hour
+    names = {"" if pd.isna(p) else str(p) for p in pd.unique(pools)}
+    unknown = sorted(p for p in names if not price_book.knows(p))
+    return [f"unknown product {p or '(none)'} priced at default ${default:.2f}/GPU-hour" for p in unknown]
 
 
 def _prices(
-    pools: "pd.Series[Any]", price_book: PriceBook
+    pools: "pd.Series[Any]", price_book: PriceBook, timestamps: "pd.Series[Any]"
 ) -> tuple["np.ndarray[Any, np.dtype[np.float64]]", list[str]]:
-    """Per-row prices and the unknown-product warnings, pricing each distinct pool once."""
-    codes, uniques = pd.factorize(pools)
-    names = [str(p) for p in uniques]
-    if (codes < 0).any():
-        names.append("")  # a missing pool, priced and warned as an unknown product
-    prices = np.array([price_book.usd_per_gpu_hour(p) for p in names] or [0.0], dtype=np.float64)
-    codes = np.where(codes < 0, len(names) - 1, codes)
-    default = price_book.default_usd_per_gpu_hour
-    unknown = sorted({p for p in names if not price_book.knows(p)})
-    warnings = [f"unknown product {p or '(none)'} priced at default ${default:.2f}/GPU-hour" for p in unknown]
-    return prices[codes], warnings
+    """Per-row prices, each the dated price in force at its row's timestamp, and the unknown-product
+    warnings (a missing pool is priced and warned as an unknown product)."""
+    products = pools.astype("object").where(pools.notna(), "").astype("str").to_numpy()
+    seconds = np.asarray(pd.DatetimeIndex(timestamps).as_unit("ns").asi8 / 1e9, dtype=np.float64)
+    return price_book.rates(products, seconds), price_warnings(pools, price_book)
 
 
 def ledger_cost(
@@ -47,11 +46,12 @@ def ledger_cost(
 ) -> tuple[pd.DataFrame, list[str]]:
     """Dollars of the ledger states, grouped by columns of Ledger.by_node (() = the fleet, one row).
 
-    cost_usd = allocated (unknown + idle + active) GE-hours × price; waste_usd = allocated_idle × price;
+    cost_usd = allocated (unknown + idle + active) GE-hours × the price in force at each sample;
+    waste_usd = allocated_idle × price;
     unallocated_cost_usd, stranded_cost_usd and unavailable_cost_usd likewise. Returns the frame
     (sorted by the keys) and the unknown-product warnings.
     """
-    price, warnings = _prices(by_node["pool"], price_book)
+    price, warnings = _prices(by_node["pool"], price_book, by_node["timestamp"])
     usd_per_ge = price * (step_seconds / SECONDS_PER_HOUR)
     allocated = sum(by_node[f"{state}_ge"].to_numpy() for state in ALLOCATED_STATES)
     dollars = pd.DataFrame(
@@ -79,7 +79,7 @@ def usage_cost(
     marked: mark_idle() output; by as in usage_summary ("team", "namespace", "workload", "pool",
     "fleet" or columns). One vectorized pass. Returns the frame and the unknown-product warnings.
     """
-    price, warnings = _prices(marked["pool"], price_book)
+    price, warnings = _prices(marked["pool"], price_book, marked["timestamp"])
     out = summarize_usage(
         marked,
         step_seconds=step_seconds,
