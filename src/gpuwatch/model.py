@@ -2,7 +2,7 @@
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -284,15 +284,15 @@ class PriceBook:
         k = np.searchsorted(starts, seconds, side="right") - 1
         return np.where(k >= 0, prices[np.maximum(k, 0)], self.default_usd_per_gpu_hour)
 
-    def rates(self, products: "npt.ArrayLike", seconds: "npt.ArrayLike") -> "npt.NDArray[np.float64]":
-        """Per row, the price of its product in force at its time (epoch seconds), each product's
-        schedule looked up once."""
-        names, codes = np.unique(np.asarray(products, dtype=object).astype(str), return_inverse=True)
-        at = np.asarray(seconds, dtype=np.float64)
-        out = np.empty(len(at), dtype=np.float64)
+    def rates(
+        self, names: Sequence[str], codes: "npt.NDArray[np.intp]", seconds: "npt.NDArray[np.float64]"
+    ) -> "npt.NDArray[np.float64]":
+        """Per row, the price of product names[codes[row]] in force at seconds[row] (epoch seconds):
+        rows factorized by the caller, so each product's schedule is looked up once."""
+        out = np.empty(len(codes), dtype=np.float64)
         for k, name in enumerate(names):
             rows = codes == k
-            out[rows] = self.prices_at(str(name), at[rows])
+            out[rows] = self.prices_at(name, seconds[rows])
         return out
 
     def schedule(self, product: str) -> tuple["npt.NDArray[np.float64]", "npt.NDArray[np.float64]"]:

@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch import __version__
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, PriceBook
 
 if TYPE_CHECKING:  # the service layer imports this module; only the type flows back
     from gpuwatch.service import Analysis
@@ -85,7 +85,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
         unknown_ge=np.where(marked["util_ratio"].isna(), marked["ge_share"], 0.0),
         util_ge=marked["ge_share"] * marked["util_ratio"],
-        usd=marked["ge_share"] * book.rates(marked["pool"], epoch_seconds(marked["timestamp"])),
+        usd=marked["ge_share"] * rates_at(book, marked["pool"], marked["timestamp"]),
     )
     marked = marked.assign(idle_usd=np.where(marked["idle"], marked["usd"], 0.0))
     pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
@@ -267,7 +267,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         )
     )
     prices = times.merge(pd.DataFrame({"pool": sorted(_pools(analysis))}), how="cross")
-    prices["value"] = book.rates(prices["pool"], epoch_seconds(prices["timestamp"]))
+    prices["value"] = rates_at(book, prices["pool"], prices["timestamp"])
     families.append(
         Family(
             "gpuwatch_pool_price_usd_per_gpu_hour",
@@ -325,6 +325,15 @@ def price_per_pool(analysis: "Analysis") -> dict[str, float]:
     where unknown): what a cycle publishes, so that history prices each sample at its time."""
     book, at = analysis.settings.pricing, analysis.window.end
     return {pool: book.usd_per_gpu_hour(pool, at) for pool in sorted(_pools(analysis))}
+
+
+def rates_at(
+    book: PriceBook, pools: "pd.Series[str]", timestamps: "pd.Series[pd.Timestamp]"
+) -> npt.NDArray[np.float64]:
+    """Per row, the price of its pool in force at its timestamp."""
+    codes, names = pd.factorize(pools)
+    seconds = np.asarray(epoch_seconds(timestamps), dtype=np.float64)
+    return book.rates([str(n) for n in names], codes, seconds)
 
 
 def _pools(analysis: "Analysis") -> set[str]:

@@ -36,9 +36,11 @@ def _prices(
 ) -> tuple["np.ndarray[Any, np.dtype[np.float64]]", list[str]]:
     """Per-row prices, each the dated price in force at its row's timestamp, and the unknown-product
     warnings (a missing pool is priced and warned as an unknown product)."""
-    products = pools.astype("object").where(pools.notna(), "").astype("str").to_numpy()
+    codes, uniques = pd.factorize(pools)
+    names = [str(p) for p in uniques] + [""]  # code -1, a missing pool: priced as an unknown product
     seconds = np.asarray(pd.DatetimeIndex(timestamps).as_unit("ns").asi8 / 1e9, dtype=np.float64)
-    return price_book.rates(products, seconds), price_warnings(pools, price_book)
+    prices = price_book.rates(names, np.where(codes < 0, len(names) - 1, codes), seconds)
+    return prices, price_warnings(pools, price_book)
 
 
 def ledger_cost(
