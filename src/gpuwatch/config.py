@@ -12,7 +12,15 @@ from typing import Any
 import yaml
 
 from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import Amortization, DatedPrice, IdleParams, PriceBook, TeamRules, normalize_product
+from gpuwatch.model import (
+    Amortization,
+    Budgets,
+    DatedPrice,
+    IdleParams,
+    PriceBook,
+    TeamRules,
+    normalize_product,
+)
 from gpuwatch.units import parse_duration_seconds
 
 
@@ -44,6 +52,7 @@ class Settings:
     teams: TeamRules = field(default_factory=TeamRules)
     pricing: PriceBook = field(default_factory=PriceBook)
     idle: IdleParams = field(default_factory=IdleParams)
+    budgets: Budgets = field(default_factory=Budgets)
     views: ViewSettings = field(default_factory=ViewSettings)
 
 
@@ -67,6 +76,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "amortization": "amortization_map",
     },
     "idle": {"threshold": "ratio", "window": "duration"},
+    "budgets": {"monthly_usd": "usd_map", "idle_usd_per_hour": "usd_map"},
     "views": {"raw_max_gpu_samples": "count"},
 }
 
@@ -155,10 +165,15 @@ def _check(name: str, kind: str, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"config: {name} must be a list of strings")
         return tuple(value)
-    if kind in ("str_map", "price_map", "amortization_map"):
+    if kind in ("str_map", "price_map", "amortization_map", "usd_map"):
         if not isinstance(value, dict):
             raise ConfigError(f"config: {name} must be a mapping")
-        value_kind = {"str_map": "str", "price_map": "dated_price", "amortization_map": "amortization"}[kind]
+        value_kind = {
+            "str_map": "str",
+            "price_map": "dated_price",
+            "amortization_map": "amortization",
+            "usd_map": "price",
+        }[kind]
         return {str(k): _check(f"{name}.{k}", value_kind, v) for k, v in value.items()}
     if kind == "dated_price":
         return _check(name, "price", value) if not isinstance(value, list) else _dated_prices(name, value)
@@ -270,6 +285,10 @@ def _build(v: Mapping[str, Any]) -> Settings:
         idle=IdleParams(
             threshold_ratio=pick("idle.threshold", 0.05),
             window_seconds=int(pick("idle.window", 1800)),
+        ),
+        budgets=Budgets(
+            monthly_usd=pick("budgets.monthly_usd", {}),
+            idle_usd_per_hour=pick("budgets.idle_usd_per_hour", {}),
         ),
         views=ViewSettings(raw_max_gpu_samples=pick("views.raw_max_gpu_samples", 1_000_000)),
     )

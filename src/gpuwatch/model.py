@@ -325,6 +325,31 @@ class PriceBook:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Budgets:
+    """Per team: a monthly spend budget (USD per calendar month) and an idle-spend budget (USD per hour of
+    idle-allocated GPUs, the budget GPUTeamIdleSpendHigh compares with). Teams not named have none."""
+
+    monthly_usd: Mapping[str, float] = field(default_factory=dict)
+    idle_usd_per_hour: Mapping[str, float] = field(default_factory=dict)
+
+
+def month_hours(window_end: datetime) -> float:
+    """Hours of the calendar month (UTC) the window's last instant falls in: a window ending at
+    2026-12-01T00:00Z is November's, 720 h."""
+    last = utc(window_end) - timedelta(microseconds=1)
+    first = datetime(last.year, last.month, 1, tzinfo=UTC)
+    following = datetime(last.year + last.month // 12, last.month % 12 + 1, 1, tzinfo=UTC)
+    return (following - first).total_seconds() / 3600.0
+
+
+def forecast_month_usd(cost_usd: float, window: Window) -> float:
+    """Straight-line spend for the calendar month of the window's end at the window's rate: cost_usd ÷
+    window hours × month hours. For a month-to-date window this is the spend so far plus the same rate
+    until the month's end."""
+    return cost_usd / (window.duration_seconds / 3600.0) * month_hours(window.end)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class IdleParams:
     threshold_ratio: float = 0.05
     window_seconds: int = 1800

@@ -13,7 +13,7 @@ import pandas as pd
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import History
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, forecast_month_usd
 from gpuwatch.service import Analysis, Coverage, low_coverage_warning, usage_tables
 
 Report = dict[str, Any]
@@ -21,7 +21,8 @@ FORMATS = ("table", "json", "csv", "parquet", "html")
 GROUPS = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}
 # 2: the allocated_unknown ledger state, unknown_gpu_hours per group, pool prices and health events
 # (additions: every version-1 field keeps its name; allocated_active no longer counts unknown hours).
-SCHEMA_VERSION = 2
+# 3: teams' budget_usd and forecast_month_usd (additions: every version-2 field keeps its name).
+SCHEMA_VERSION = 3
 _EPSILON_HOURS = 1e-9  # float noise of a difference of GE-hour sums
 SOURCE_RAW = "raw (DCGM series and the Kubernetes API, recomputed)"
 SOURCE_HISTORY = "history (gpuwatch_* series recorded by `gpuwatch export`)"
@@ -169,7 +170,7 @@ _WORKLOAD_NUMBERS = (
     "waste_usd",
 )
 _COLUMNS = {
-    "team": ["team", *_USAGE],
+    "team": ["team", *_USAGE, "budget_usd", "forecast_month_usd"],
     "namespace": ["namespace", "team", *_USAGE],
     "workload": [*_WORKLOAD_TEXT, *_WORKLOAD_NUMBERS, "idle_since"],
     "pool": [
@@ -386,7 +387,7 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeri
 
 
 def build_report(analysis: Analysis, *, health: pd.DataFrame | None = None) -> Report:
-    """The schema_version 2 report of an analysis: every hour a GE-hour, every ratio in [0, 1] or null.
+    """The report of an analysis: every hour a GE-hour, every ratio in [0, 1] or null.
 
     health: the window's health events (service.health_events), when read.
     """
@@ -456,7 +457,14 @@ def report_from_tables(
             "unallocated_cost_usd": float(ledger_row["unallocated_cost_usd"]),
             "stranded_cost_usd": float(ledger_row["stranded_cost_usd"]),
         },
-        "teams": _usage_rows(tables["team"], ["team"]),
+        "teams": [
+            {
+                **row,
+                "budget_usd": settings.budgets.monthly_usd.get(row["team"]),
+                "forecast_month_usd": forecast_month_usd(row["cost_usd"], window),
+            }
+            for row in _usage_rows(tables["team"], ["team"])
+        ],
         "namespaces": _usage_rows(tables["namespace"], ["namespace", "team"]),
         "workloads": workload_rows(tables["workload"]),
         "pools": [

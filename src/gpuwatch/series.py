@@ -55,6 +55,8 @@ HELP = {
     "gpuwatch_pool_price_usd_per_gpu_hour": "Price per GPU-hour of the pool's product.",
     "gpuwatch_team_cost_usd_per_hour": "Allocated GPU-equivalents of the team times their price.",
     "gpuwatch_team_idle_cost_usd_per_hour": "Idle-allocated GPU-equivalents of the team times their price.",
+    "gpuwatch_team_monthly_budget_usd": "The team's budget per calendar month (config).",
+    "gpuwatch_team_idle_budget_usd_per_hour": "The team's idle-spend budget (config).",
     "gpuwatch_pending_pod_gpus": "GPU-equivalents a pending GPU pod requests.",
     "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
     "gpuwatch_build_info": "gpuwatch build information.",
@@ -303,6 +305,13 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             pending.rename(columns={"waiting_seconds": "value"}),
         )
     )
+    budgets = analysis.settings.budgets
+    for name, table in (
+        ("gpuwatch_team_monthly_budget_usd", budgets.monthly_usd),
+        ("gpuwatch_team_idle_budget_usd_per_hour", budgets.idle_usd_per_hour),
+    ):
+        amounts = pd.DataFrame({"team": list(table), "value": [float(v) for v in table.values()]})
+        families.append(Family(name, HELP[name], ("team",), times.merge(amounts, how="cross")))
     families.append(
         Family(
             "gpuwatch_build_info",

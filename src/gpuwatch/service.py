@@ -29,19 +29,20 @@ from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
 from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, PrometheusError, SourceError
-from gpuwatch.model import ALLOCATED_STATES, PriceBook, TeamRules, Window, ge_per_unit, normalize_product
+from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, normalize_product
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.series import Family, published_series
 from gpuwatch.sources.clustercache import ClusterCache
 from gpuwatch.sources.dcgm import ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
-from gpuwatch.sources.simulated.demo import DEMO_HISTORY_DAYS as DEMO_HISTORY_DAYS
 from gpuwatch.sources.simulated.demo import (
+    DEMO_BUDGETS,
     DEMO_NAMESPACE_TEAMS,
-    DEMO_PRICES_USD_PER_GPU_HOUR,
     build_demo_fleet,
+    demo_price_book,
 )
+from gpuwatch.sources.simulated.demo import DEMO_HISTORY_DAYS as DEMO_HISTORY_DAYS
 from gpuwatch.sources.simulated.demo import demo_end as demo_end
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 from gpuwatch.sources.simulated.source import SimulatedSource
@@ -54,8 +55,9 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-def demo_settings(settings: Settings | None = None) -> Settings:
-    """The demo fleet's settings: notebooks belongs to data-science (SPEC §4.1), demo prices."""
+def demo_settings(settings: Settings | None = None, *, end: datetime | None = None) -> Settings:
+    """The demo fleet's settings: notebooks belongs to data-science (SPEC §4.1), demo prices (with the
+    A100's price change when the fleet's `end` is given) and budgets, unless the user brought their own."""
     base = settings or Settings()
     namespaces = {**DEMO_NAMESPACE_TEAMS, **base.teams.namespaces}
     teams = TeamRules(
@@ -63,19 +65,13 @@ def demo_settings(settings: Settings | None = None) -> Settings:
         namespace_label_keys=base.teams.namespace_label_keys,
         namespaces=namespaces,
     )
-    # The demo's price book, unless the user brought one.
     pricing = base.pricing
     if not pricing.products and not pricing.amortization:
-        pricing = PriceBook(
-            default_usd_per_gpu_hour=pricing.default_usd_per_gpu_hour, products=DEMO_PRICES_USD_PER_GPU_HOUR
-        )
-    return Settings(
-        prometheus=base.prometheus,
-        kubernetes=base.kubernetes,
-        teams=teams,
-        pricing=pricing,
-        idle=base.idle,
-    )
+        pricing = demo_price_book(pricing.default_usd_per_gpu_hour, end)
+    budgets = base.budgets
+    if not budgets.monthly_usd and not budgets.idle_usd_per_hour:
+        budgets = DEMO_BUDGETS
+    return replace(base, teams=teams, pricing=pricing, budgets=budgets)
 
 
 class FleetSources(Protocol):
@@ -193,7 +189,7 @@ class FleetService:
         """The simulated fleet (built over `history_days` up to the current hour unless given): every
         window it is asked for lies within that history, so no day is invented empty."""
         fleet = fleet or build_demo_fleet(days=history_days)
-        return cls(settings=demo_settings(settings), sources=SimulatedSources(fleet))
+        return cls(settings=demo_settings(settings, end=fleet.window.end), sources=SimulatedSources(fleet))
 
     @classmethod
     def from_environment(cls) -> "FleetService":

@@ -144,6 +144,14 @@ def test_waste_and_teams_show_the_report_numbers(
     settle(p)
     teams = table_rows(p, "teams")
     _check_usage_rows(teams, report["teams"], "team")
+    # Each team's month forecast over the share of its budget it spends (the demo's budgets).
+    for row, want in zip(teams, report["teams"], strict=True):
+        budget = want["budget_usd"]
+        of_budget = "no budget"
+        if budget is not None:
+            of_budget = f"{want['forecast_month_usd'] / budget:.0%} of ${budget:,.0f}"
+        assert row["budget"] == f"{usd(want['forecast_month_usd'])}\n{of_budget}"
+    assert sum(not r["budget"].endswith("no budget") for r in teams) == 4
     # Each team's change since the window of the same length before: on screen and in the download.
     window = demo.service.window(days=days)
     earlier = Window(start=window.start - (window.end - window.start), end=window.start)

@@ -120,6 +120,10 @@ def test_config_path_from_env(tmp_path: Path) -> None:
             "pricing: {products: {NVIDIA L4: 1}, amortization: {NVIDIA-L4: {purchase_usd: 100, months: 2}}}",
             "config: pricing: NVIDIA-L4 is both priced (products) and amortized (amortization)",
         ),
+        ("budgets: {monthly_usd: {research: -5}}", "config: budgets.monthly_usd.research must not be negative"),
+        ("budgets: {monthly_usd: {research: lots}}", "config: budgets.monthly_usd.research must be a number"),
+        ("budgets: {monthly_usd: [research]}", "config: budgets.monthly_usd must be a mapping"),
+        ("budgets: {yearly_usd: {research: 1}}", "config: unknown key budgets.yearly_usd"),
         ("prometheus: [1, 2]", "config: prometheus must be a mapping"),
         ("- just\n- a list", "top level must be a mapping"),
         ("prometheus: {url: [unclosed", "is not valid YAML at line 1"),
@@ -154,3 +158,13 @@ pricing:
     assert book.usd_per_gpu_hour(a100, datetime(2025, 12, 31, tzinfo=UTC)) == 2.0  # the default, before any
     assert book.usd_per_gpu_hour("NVIDIA-H100-80GB-HBM3", NOW) == 4.0  # a plain number: all time
     assert book.usd_per_gpu_hour("NVIDIA-L4", NOW) == pytest.approx(9000 / (36 * 730))
+
+
+def test_budgets_from_the_issue_example(tmp_path: Path) -> None:
+    text = """
+budgets: {monthly_usd: {research: 20000}, idle_usd_per_hour: {research: 5.5, vision: 0}}
+"""
+    budgets = load_settings(config_path=_write(tmp_path, text), env={}).budgets
+    assert budgets.monthly_usd == {"research": 20000.0}
+    assert budgets.idle_usd_per_hour == {"research": 5.5, "vision": 0.0}
+    assert load_settings(env={}).budgets.monthly_usd == {}

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
 from gpuwatch.exporter import ExportLoop, GpuwatchCollector
-from gpuwatch.model import DatedPrice, PriceBook, Window
+from gpuwatch.model import Budgets, DatedPrice, PriceBook, Window
 from gpuwatch.series import Family, published_series, write_openmetrics
 from gpuwatch.service import FleetService, SimulatedSources
 from gpuwatch.sources.kubernetes import ClusterState
@@ -166,3 +166,15 @@ def test_published_prices_and_team_costs_are_those_in_force_at_each_sample(sourc
     rate = pd.Series(np.where(allocated.index < pd.Timestamp(change), 3.0, 1.0), index=allocated.index)
     assert allocated.min() > 0
     pd.testing.assert_series_equal(cost, allocated * rate, check_names=False)
+
+
+def test_budgets_from_the_config_are_published_for_the_idle_spend_alert(sources: FlakySources) -> None:
+    sources.broken = False
+    budgets = Budgets(monthly_usd={"research": 20_000.0}, idle_usd_per_hour={"research": 5.0, "vision": 0.5})
+    loop = ExportLoop(FleetService.demo(Settings(budgets=budgets), sources.fleet))
+    loop.run_once()
+    families = {f.name: f for f in text_string_to_metric_families(_scrape(loop))}
+    monthly = families["gpuwatch_team_monthly_budget_usd"].samples
+    idle = families["gpuwatch_team_idle_budget_usd_per_hour"].samples
+    assert {s.labels["team"]: s.value for s in monthly} == {"research": 20_000.0}
+    assert {s.labels["team"]: s.value for s in idle} == {"research": 5.0, "vision": 0.5}

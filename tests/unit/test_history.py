@@ -13,7 +13,7 @@ import pytest
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import IDLE_FAMILIES, assemble, idle_workloads, merge_covered, wants_history
-from gpuwatch.model import DatedPrice, PriceBook, Window
+from gpuwatch.model import Budgets, DatedPrice, PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render, workload_rows
 from gpuwatch.sources import promql
 from gpuwatch.sources.prometheus import HistorySums, day_span, pod_totals, window_pieces
@@ -51,7 +51,10 @@ WINDOW = Window(
 )
 SAMPLES = (0.0, 1440.0, 1440.0)
 H100, L4, ACME = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4", "ACME-X1"
-SETTINGS = Settings(pricing=PriceBook(default_usd_per_gpu_hour=2.0, products={L4: 0.8, H100: 3.0}))
+SETTINGS = Settings(
+    pricing=PriceBook(default_usd_per_gpu_hour=2.0, products={L4: 0.8, H100: 3.0}),
+    budgets=Budgets(monthly_usd={"llm": 20_000.0}),
+)
 IDLE_SINCE = datetime(2026, 11, 18, 23, 40, tzinfo=UTC)
 
 
@@ -173,8 +176,13 @@ def test_teams_from_team_series_and_pods_from_pod_series(report: dict[str, Any])
             "cost_usd": 24.0 * 24 + 32.0 * 12,
             "waste_usd": 32.0 * 12,
             "pods": 2,
+            "budget_usd": 20_000.0,
+            # $960 over the window's 60 h, straight on over November's 720 h.
+            "forecast_month_usd": 960.0 / 60 * 720,
         }
     )
+    assert teams["ds"]["budget_usd"] is None
+    assert teams["ds"]["forecast_month_usd"] == pytest.approx(12 * 0.8 / 60 * 720)
     # 10 h idle (known, 0 used) and 2 h without telemetry: unknown hours are apart from idle ones.
     assert teams["ds"]["efficiency"] == 0.0
     assert teams["ds"]["unknown_gpu_hours"] == pytest.approx(2.0)

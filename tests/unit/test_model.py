@@ -12,8 +12,10 @@ from gpuwatch.model import (
     PriceBook,
     TeamRules,
     Window,
+    forecast_month_usd,
     ge_per_unit,
     mig_profile_slices,
+    month_hours,
     normalize_product,
 )
 
@@ -128,3 +130,20 @@ def test_dated_prices_each_hold_from_their_start_until_the_next() -> None:
     assert book.knows("nvidia l4") and book.knows("NVIDIA-A100") and not book.knows("NVIDIA-B200")
     assert book.changes(at(1), at(20)) == [("NVIDIA-A100", at(15))]  # the start itself is no change inside
     assert book.changes(at(15), at(20)) == []
+
+
+def test_month_hours_is_the_calendar_month_of_the_windows_last_instant() -> None:
+    assert month_hours(datetime(2026, 11, 26, 7, tzinfo=UTC)) == 30 * 24
+    assert month_hours(datetime(2026, 12, 1, tzinfo=UTC)) == 30 * 24  # ends as November does
+    assert month_hours(datetime(2026, 12, 1, 0, 1, tzinfo=UTC)) == 31 * 24
+    assert month_hours(datetime(2028, 2, 10, tzinfo=UTC)) == 29 * 24  # a leap year
+    assert month_hours(datetime(2027, 1, 1, tzinfo=UTC)) == 31 * 24  # December, across the year
+
+
+def test_forecast_month_is_the_windows_rate_over_the_month() -> None:
+    week = Window(start=datetime(2026, 11, 19, tzinfo=UTC), end=datetime(2026, 11, 26, tzinfo=UTC))
+    # $1,680 over 168 h is $10/h; November has 720 h.
+    assert forecast_month_usd(1680.0, week) == pytest.approx(7200.0)
+    to_date = Window(start=datetime(2026, 11, 1, tzinfo=UTC), end=datetime(2026, 11, 11, tzinfo=UTC))
+    # Month to date: $2,400 spent in 240 h, then 480 h more at the same $10/h.
+    assert forecast_month_usd(2400.0, to_date) == pytest.approx(2400.0 + 480 * 10.0)

@@ -5,7 +5,7 @@ import json
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -13,10 +13,15 @@ import pandas as pd
 import pytest
 
 from gpuwatch.config import Settings
-from gpuwatch.model import LEDGER_STATES
+from gpuwatch.model import LEDGER_STATES, PriceBook, Window
 from gpuwatch.report import build_report, json_schema, render
 from gpuwatch.service import FleetService
 from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.sources.simulated.demo import (
+    DEMO_PRICE_CHANGE,
+    DEMO_PRICE_CHANGE_BEFORE_END,
+    DEMO_PRICES_USD_PER_GPU_HOUR,
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def test_demo_report_from_the_cli_validates_against_the_schema() -> None:
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     jsonschema.validate(document, json_schema())
-    assert document["schema_version"] == 2
+    assert document["schema_version"] == 3
     assert len(document["teams"]) >= 12
 
 
@@ -107,7 +112,8 @@ def test_csv_and_parquet_are_showback_rows_of_the_json(report: dict[str, Any], g
         decimals = _decimals(column)
         if pd.api.types.is_float_dtype(expected[column]) and decimals is not None:
             want = expected[column].round(decimals).tolist()
-            assert from_csv[column].astype(float).tolist() == pytest.approx(want, nan_ok=True, abs=1e-12)
+            read = from_csv[column].replace("", "nan").astype(float)  # unknown: an empty CSV cell
+            assert read.tolist() == pytest.approx(want, nan_ok=True, abs=1e-12)
             assert from_parquet[column].tolist() == pytest.approx(want, nan_ok=True, abs=1e-12)
         elif column not in ("idle_since", "usd_per_gpu_hour"):
             assert from_csv[column].astype(str).tolist() == expected[column].astype(str).tolist()
@@ -140,3 +146,47 @@ def test_unknown_format_and_grouping_are_one_line_errors(report: dict[str, Any])
         render(report, "xml")
     with pytest.raises(ConfigError, match="--group-by must be one of"):
         render(report, "csv", group_by="node")
+
+
+def test_the_demo_prices_each_a100_hour_at_the_rate_in_force_when_it_ran() -> None:
+    end = datetime(2026, 11, 20, tzinfo=UTC)
+    fleet = build_demo_fleet(seed=42, end=end, days=16, step_seconds=600)
+    dated = FleetService.demo(Settings(), fleet)
+    flat = FleetService.demo(Settings(pricing=PriceBook(products=DEMO_PRICES_USD_PER_GPU_HOUR)), fleet)
+    change = end - DEMO_PRICE_CHANGE_BEFORE_END
+    a100, new_price = DEMO_PRICE_CHANGE
+
+    def report_of(service: FleetService, start: datetime, stop: datetime) -> dict[str, Any]:
+        return build_report(service.analysis(Window(start=start, end=stop, step_seconds=600)))
+
+    start = end - timedelta(days=16)
+    before, after = report_of(dated, start, change), report_of(dated, change, end)
+    whole = report_of(dated, start, end)
+    # Every GPU-hour at the rate in force at its sample: the window is the sum of its two sides ...
+    assert whole["fleet"]["cost_usd"] == pytest.approx(
+        before["fleet"]["cost_usd"] + after["fleet"]["cost_usd"]
+    )
+    # ... the old price before the change, the new one after it.
+    assert before["fleet"]["cost_usd"] == pytest.approx(report_of(flat, start, change)["fleet"]["cost_usd"])
+    flat_after = report_of(flat, change, end)
+    a100_hours = sum(w["allocated_gpu_hours"] for w in flat_after["workloads"] if w["pool"] == a100)
+    old_price = DEMO_PRICES_USD_PER_GPU_HOUR[a100]
+    assert a100_hours > 100
+    assert after["fleet"]["cost_usd"] == pytest.approx(
+        flat_after["fleet"]["cost_usd"] - a100_hours * (old_price - new_price)
+    )
+    assert {p["pool"]: p["usd_per_gpu_hour"] for p in whole["pools"]}[a100] == new_price  # at the end
+
+
+def test_teams_carry_their_budget_and_the_months_forecast(report: dict[str, Any]) -> None:
+    teams = {t["team"]: t for t in report["teams"]}
+    # The demo's budgets; a day's spend straight on over November's 720 hours.
+    assert teams["platform"]["budget_usd"] == 3_000.0
+    assert teams["platform"]["forecast_month_usd"] == pytest.approx(teams["platform"]["cost_usd"] * 720 / 24)
+    assert teams["platform"]["forecast_month_usd"] > 0
+    assert teams["batch-jobs"]["budget_usd"] is None
+    table = render(report, "table", group_by="team").decode()
+    assert "budget_usd" in table and "forecast_month_usd" in table
+    assert f"${teams['platform']['forecast_month_usd']:,.2f}" in table
+    page = render(report, "html", group_by="team").decode()
+    assert f"${teams['platform']['forecast_month_usd']:,.2f}" in page

@@ -102,6 +102,7 @@ def team_rows(
                 "quota_gpus": hard,
                 "quota_used_gpus": used,
                 "quota_use": used / hard if hard and used is not None else None,
+                "budget_use": t["forecast_month_usd"] / t["budget_usd"] if t["budget_usd"] else None,
                 **{key: c.get(key, math.nan) for key in CHANGE_KEYS},
             }
         )
@@ -112,6 +113,14 @@ def quota_text(row: dict[str, Any]) -> str:
     if row.get("quota_gpus") is None:
         return "no quota"
     return f"{row['quota_used_gpus']:g} / {row['quota_gpus']:g} ({row['quota_use']:.0%})"
+
+
+def budget_text(row: dict[str, Any]) -> str:
+    """The share of the team's monthly budget the month's forecast spends, and the budget."""
+    if row.get("budget_usd") is None:
+        return "no budget"
+    use = row.get("budget_use")
+    return (f"{use:.0%} of " if use is not None else "") + f"${row['budget_usd']:,.0f}"
 
 
 def free_gpus(nodes_now: pd.DataFrame) -> "pd.Series[float]":

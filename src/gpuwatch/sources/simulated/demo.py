@@ -16,10 +16,14 @@ from gpuwatch.model import (
     RESOURCE_GPU_SHARED,
     RESOURCE_MIG_PREFIX,
     Allocation,
+    Budgets,
+    DatedPrice,
     Gpu,
     Namespace,
     Node,
     Pod,
+    Price,
+    PriceBook,
     TeamRules,
     Window,
     mig_profile_slices,
@@ -51,6 +55,33 @@ DEMO_PRICES_USD_PER_GPU_HOUR: Mapping[str, float] = {
     "NVIDIA-L4": 0.8,
     "TESLA-T4": 0.35,
 }
+
+
+# The A100's price drops by a fifth this long before the demo's end: a 30-day window prices its GPU-hours
+# at both rates, a 24-hour or 7-day one at the new rate only.
+DEMO_PRICE_CHANGE_BEFORE_END = timedelta(days=14)
+DEMO_PRICE_CHANGE: tuple[str, float] = ("NVIDIA-A100-SXM4-80GB", 2.0)
+
+# Monthly budgets: llm-research forecast just over its budget, platform (mostly idle GPUs) well over;
+# idle-spend budgets for GPUTeamIdleSpendHigh.
+DEMO_BUDGETS = Budgets(
+    monthly_usd={"llm-research": 20_000.0, "data-science": 10_000.0, "platform": 3_000.0, "vision": 8_000.0},
+    idle_usd_per_hour={"platform": 5.0, "data-science": 10.0},
+)
+
+
+def demo_price_book(default_usd_per_gpu_hour: float, end: datetime | None) -> PriceBook:
+    """The demo's prices; given the fleet's end, the A100's price changes DEMO_PRICE_CHANGE_BEFORE_END
+    before it."""
+    products: dict[str, Price] = dict(DEMO_PRICES_USD_PER_GPU_HOUR)
+    if end is not None:
+        product, new_price = DEMO_PRICE_CHANGE
+        old_price = DEMO_PRICES_USD_PER_GPU_HOUR[product]
+        products[product] = (
+            DatedPrice(start=datetime(2000, 1, 1, tzinfo=UTC), usd_per_gpu_hour=old_price),
+            DatedPrice(start=end - DEMO_PRICE_CHANGE_BEFORE_END, usd_per_gpu_hour=new_price),
+        )
+    return PriceBook(default_usd_per_gpu_hour=default_usd_per_gpu_hour, products=products)
 
 
 DEMO_POOLS: tuple[PoolSpec, ...] = (

@@ -7,11 +7,11 @@ import pandas as pd
 from dash import Input, Output, callback, dcc, html
 
 from gpuwatch.ui import figures, ids
-from gpuwatch.ui.components import Column, as_of, load, loaded_banner, page, table
+from gpuwatch.ui.components import Column, as_of, load, loaded_banner, page, table, usd
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
-from gpuwatch.ui.rows import change_frame, quota_frame, quota_text, team_rows
+from gpuwatch.ui.rows import budget_text, change_frame, quota_frame, quota_text, team_rows
 
 dash.register_page(__name__, path="/teams", name="Teams", title="gpuwatch · Teams", order=4)
 
@@ -44,6 +44,7 @@ COLUMNS = [
     Column("idle_gpu_hours", "idle GPU-h", "num"),
     Column("cost_usd", "cost $", "usd"),
     Column("waste_usd", "waste $", "usd"),
+    Column("budget", "month forecast $ · of budget"),
     Column("pods", "pods", "int"),
 ]
 
@@ -61,6 +62,19 @@ def _sparklines(view: View) -> dict[str, dcc.Graph]:
     }
 
 
+def _budget(row: dict[str, Any]) -> html.Div:
+    """The month's forecast over the share of the monthly budget it spends (two lines: one column), red
+    when the forecast exceeds the budget."""
+    over = (row.get("budget_use") or 0.0) > 1.0
+    return html.Div(
+        [
+            html.Div(usd(row["forecast_month_usd"])),
+            html.Div(budget_text(row), className="gw-over-budget" if over else "gw-muted"),
+        ],
+        className="gw-budget",
+    )
+
+
 @exporter("teams")
 def _export_teams(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
@@ -76,7 +90,7 @@ def render(search: str | None) -> tuple[Any, ...]:
         return (*head, None)
     sparks = _sparklines(view)
     rows = [
-        {**r, "quota": quota_text(r), "trend": sparks.get(r["team"])}
+        {**r, "quota": quota_text(r), "budget": _budget(r), "trend": sparks.get(r["team"])}
         for r in team_rows(view, quota_frame(), change_frame(view))
     ]
     return (
@@ -92,7 +106,8 @@ def render(search: str | None) -> tuple[Any, ...]:
             note="Efficiency = used ÷ allocated GPU-hours with telemetry. Trend: GPUs held (orange) and used "
             "(line) over the window. vs prev.: the change since the window of the "
             "same length just before this one (— when the team allocated nothing then). Quota: GPU requests "
-            "now vs the ResourceQuotas of the team's namespaces.",
+            "now vs the ResourceQuotas of the team's namespaces. Month forecast: the window's spend rate "
+            "over the calendar month it ends in, and its share of the team's monthly budget (config).",
         ),
     )
 
