@@ -21,7 +21,7 @@ from gpuwatch.model import (
     TeamRules,
     normalize_product,
 )
-from gpuwatch.units import parse_duration_seconds
+from gpuwatch.units import BYTES_PER_MIB, parse_duration_seconds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +75,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "products": "price_map",
         "amortization": "amortization_map",
     },
-    "idle": {"threshold": "ratio", "window": "duration"},
+    "idle": {"threshold": "ratio", "window": "duration", "held_fb_mib": "count"},
     "budgets": {"monthly_usd": "usd_map", "idle_usd_per_hour": "usd_map"},
     "views": {"raw_max_gpu_samples": "count"},
 }
@@ -285,6 +285,7 @@ def _build(v: Mapping[str, Any]) -> Settings:
         idle=IdleParams(
             threshold_ratio=pick("idle.threshold", 0.05),
             window_seconds=int(pick("idle.window", 1800)),
+            held_fb_bytes=float(pick("idle.held_fb_mib", 1024)) * BYTES_PER_MIB,
         ),
         budgets=Budgets(
             monthly_usd=pick("budgets.monthly_usd", {}),

@@ -16,6 +16,7 @@ from gpuwatch.series import per_row
 from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
+    POD_IDLE_SPLIT,
     HistorySums,
     PrometheusSource,
     history_pieces,
@@ -408,7 +409,24 @@ def _price_lookup(prices: Mapping[str, float], settings: Settings, sums: History
 
 # The per-pod families idle_workloads() reads: the idle ones (a month's ~5,000 of ~50,000 pods) and
 # the allocation at each pod's last sample.
-IDLE_FAMILIES = ("pod_idle", "pod_last_allocated", "pod_last_idle", "pod_idle_since")
+IDLE_FAMILIES = ("pod_idle", "pod_last_allocated", "pod_last_idle", "pod_idle_since", *POD_IDLE_SPLIT)
+
+
+def _idle_split(
+    frame: pd.DataFrame, sums: HistorySums, hours: SampleHours, keys: Sequence[str]
+) -> pd.DataFrame:
+    """`frame` (keys and idle_gpu_hours per group) with held_idle_gpu_hours and abandoned_idle_gpu_hours
+    from the pods' split families: both NaN where they miss some idle hours (framebuffer unknown, or the
+    families not read), abandoned the rest of the idle hours where they do not (their sum is the idle)."""
+    held = hours.by(sums.pod_idle_held, keys, "held")
+    abandoned = hours.by(sums.pod_idle_abandoned, keys, "abandoned")
+    out = frame.merge(held, on=list(keys), how="left").merge(abandoned, on=list(keys), how="left")
+    split = out[["held", "abandoned"]].fillna(0.0)
+    idle = out["idle_gpu_hours"]
+    known = split["held"] + split["abandoned"] >= idle - EPSILON_GE * np.maximum(1.0, idle)
+    out["held_idle_gpu_hours"] = split["held"].clip(upper=idle).where(known)
+    out["abandoned_idle_gpu_hours"] = (idle - out["held_idle_gpu_hours"]).where(known)
+    return out.drop(columns=["held", "abandoned"])
 
 
 def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
@@ -423,7 +441,7 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     idle = idle[idle["idle_gpu_hours"] > 0]
     idle = idle.assign(waste_usd=idle["idle_gpu_hours"].to_numpy() * price_of(idle["pool"]))
     by_workload = idle.groupby(list(WORKLOAD_KEYS), as_index=False, sort=True)
-    summed = by_workload[["idle_gpu_hours", "waste_usd"]].sum()
+    summed = _idle_split(by_workload[["idle_gpu_hours", "waste_usd"]].sum(), sums, hours, WORKLOAD_KEYS)
     last = _last_seen(sums).sort_values(["piece", "gpus"], kind="stable")
     latest = last.groupby(list(WORKLOAD_KEYS), sort=False).tail(1)
     columns = [*WORKLOAD_KEYS, "node", "pool", "gpus", "idle_since"]
@@ -504,7 +522,7 @@ def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd
     grouped = series.groupby(list(WORKLOAD_KEYS), sort=True)
     summed = _usage_sums(grouped).reset_index()
     latest = grouped.tail(1)[[*WORKLOAD_KEYS, "node", "pool", "gpus", "idle_since"]]
-    out = summed.merge(latest, on=list(WORKLOAD_KEYS), how="left")
+    out = _idle_split(summed, sums, hours, WORKLOAD_KEYS).merge(latest, on=list(WORKLOAD_KEYS), how="left")
     out["gpus"] = out["gpus"].fillna(0.0)
     out["pods"] = 1
     return out
@@ -537,7 +555,7 @@ def _teams(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
         for c in ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
     }
     teams = teams.fillna(filled).fillna({"pods": 0}).astype({"pods": "int64"})
-    return teams.rename_axis(index="team").reset_index()
+    return _idle_split(teams.rename_axis(index="team").reset_index(), sums, hours, ("team",))
 
 
 def _pools(sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuwatch.errors import ConfigError, DataError
+from gpuwatch.units import BYTES_PER_MIB
 
 MIG_SLICES_PER_GPU = 7
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries above this many points per series.
@@ -353,3 +354,6 @@ def forecast_month_usd(cost_usd: float, window: Window) -> float:
 class IdleParams:
     threshold_ratio: float = 0.05
     window_seconds: int = 1800
+    # Idle GPUs whose framebuffer holds at least this much are "held" (a loaded model, a parked notebook);
+    # below it, "abandoned" (a CUDA context at most).
+    held_fb_bytes: float = 1024 * BYTES_PER_MIB

@@ -21,7 +21,8 @@ FORMATS = ("table", "json", "csv", "parquet", "html")
 GROUPS = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}
 # 2: the allocated_unknown ledger state, unknown_gpu_hours per group, pool prices and health events
 # (additions: every version-1 field keeps its name; allocated_active no longer counts unknown hours).
-# 3: teams' budget_usd and forecast_month_usd (additions: every version-2 field keeps its name).
+# 3: teams' budget_usd and forecast_month_usd, teams' and workloads' held and abandoned idle GPU-hours
+# (additions: every version-2 field keeps its name).
 SCHEMA_VERSION = 3
 _EPSILON_HOURS = 1e-9  # float noise of a difference of GE-hour sums
 SOURCE_RAW = "raw (DCGM series and the Kubernetes API, recomputed)"
@@ -161,16 +162,19 @@ _USAGE = [
 ]
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _WORKLOAD_TEXT = ("namespace", "pod", "team", "node", "pool")
+# Idle-allocated GPU-hours with the framebuffer in use (a model loaded, a notebook parked) and near empty.
+IDLE_SPLIT = ("held_idle_gpu_hours", "abandoned_idle_gpu_hours")
 _WORKLOAD_NUMBERS = (
     "gpus",
     "allocated_gpu_hours",
     "used_gpu_hours",
     "idle_gpu_hours",
+    *IDLE_SPLIT,
     "unknown_gpu_hours",
     "waste_usd",
 )
 _COLUMNS = {
-    "team": ["team", *_USAGE, "budget_usd", "forecast_month_usd"],
+    "team": ["team", *_USAGE, *IDLE_SPLIT, "budget_usd", "forecast_month_usd"],
     "namespace": ["namespace", "team", *_USAGE],
     "workload": [*_WORKLOAD_TEXT, *_WORKLOAD_NUMBERS, "idle_since"],
     "pool": [
@@ -463,7 +467,7 @@ def report_from_tables(
                 "budget_usd": settings.budgets.monthly_usd.get(row["team"]),
                 "forecast_month_usd": forecast_month_usd(row["cost_usd"], window),
             }
-            for row in _usage_rows(tables["team"], ["team"])
+            for row in _usage_rows(tables["team"], ["team"], idle_split=True)
         ],
         "namespaces": _usage_rows(tables["namespace"], ["namespace", "team"]),
         "workloads": workload_rows(tables["workload"]),
@@ -536,6 +540,11 @@ def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     present = [k for k in _WORKLOAD_NUMBERS if k in ordered]
     numbers = ordered[present].astype("float64").fillna({"used_gpu_hours": 0.0})
     columns.update({k: numbers[k].tolist() for k in present})
+    for k in IDLE_SPLIT:  # unknown (NaN, or not read) is null
+        if "idle_gpu_hours" in columns:
+            columns[k] = (
+                [v if v == v else None for v in columns[k]] if k in columns else [None] * len(ordered)
+            )
     if "idle_since" in ordered:
         since = pd.to_datetime(ordered["idle_since"], utc=True)
         texts = since.dt.strftime(_ISO_FORMAT).tolist()
@@ -544,7 +553,11 @@ def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
-def _usage_rows(frame: pd.DataFrame, keys: Sequence[str]) -> list[dict[str, Any]]:
+def _usage_rows(
+    frame: pd.DataFrame, keys: Sequence[str], *, idle_split: bool = False
+) -> list[dict[str, Any]]:
+    """Rows of a usage table, most wasteful first; idle_split: with held and abandoned idle GPU-hours
+    (null where the framebuffer of some idle hours is unknown, or the table lacks them)."""
     ordered = frame.sort_values(["waste_usd", "allocated_gpu_hours"], ascending=False)
     return [
         {
@@ -559,6 +572,7 @@ def _usage_rows(frame: pd.DataFrame, keys: Sequence[str]) -> list[dict[str, Any]
             "cost_usd": float(r["cost_usd"]),
             "waste_usd": float(r["waste_usd"]),
             "pods": int(r["pods"]),
+            **({k: _num(r.get(k)) for k in IDLE_SPLIT} if idle_split else {}),
         }
         for r in ordered.to_dict("records")
     ]

@@ -37,6 +37,8 @@ class Family:
 HELP = {
     "gpuwatch_pod_gpu_allocation": "GPU-equivalents the pod holds.",
     "gpuwatch_pod_gpu_idle": "GPU-equivalents of the pod that are idle-allocated (SPEC idle rule).",
+    "gpuwatch_pod_gpu_idle_held": "Idle-allocated GPU-equivalents of the pod with a model in memory (held).",
+    "gpuwatch_pod_gpu_idle_abandoned": "Idle-allocated GPU-equivalents of the pod with memory near empty.",
     "gpuwatch_pod_gpu_utilization_ratio": "GE-weighted mean utilization of the pod's GPUs (0-1).",
     "gpuwatch_pod_gpu_used": "GPU-equivalents of the pod actually busy: sum of utilization x GE share.",
     "gpuwatch_pod_gpu_unknown": "GPU-equivalents of the pod whose utilization is unknown (no telemetry).",
@@ -89,10 +91,19 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         util_ge=marked["ge_share"] * marked["util_ratio"],
         usd=marked["ge_share"] * rates_at(book, marked["pool"], marked["timestamp"]),
     )
-    marked = marked.assign(idle_usd=np.where(marked["idle"], marked["usd"], 0.0))
+    held = marked["memory_held"] if "memory_held" in marked else pd.Series(np.nan, index=marked.index)
+    marked = marked.assign(
+        idle_usd=np.where(marked["idle"], marked["usd"], 0.0),
+        held_ge=np.where(held == 1.0, marked["idle_ge"], 0.0),
+        abandoned_ge=np.where(held == 0.0, marked["idle_ge"], 0.0),
+        fb_unknown_ge=np.where(held.isna(), marked["idle_ge"], 0.0),
+    )
     pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
         ge=("ge_share", "sum"),
         idle=("idle_ge", "sum"),
+        held=("held_ge", "sum"),
+        abandoned=("abandoned_ge", "sum"),
+        fb_unknown=("fb_unknown_ge", "sum"),
         unknown=("unknown_ge", "sum"),
         util_ge=("util_ge", "sum"),
         known=("util_ratio", "count"),
@@ -107,6 +118,8 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
     # A pod is idle since its below-threshold run began while every unit it holds is idle (as idle_since()).
     idle_pods = pods[(pods["idle_units"] == pods["units"]) & pods["low_since"].notna()]
     idle_pods = idle_pods.assign(value=epoch_seconds(idle_pods["low_since"]))
+    # The idle split, for the pods with idle GE whose framebuffer is known (absent: none idle, or unknown).
+    split = pods[(pods["idle"] > 0) & (pods["fb_unknown"] == 0)]
     families = [
         Family(
             "gpuwatch_pod_gpu_allocation",
@@ -137,6 +150,18 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             HELP["gpuwatch_pod_gpu_unknown"],
             tuple(pod_keys),
             pods.rename(columns={"unknown": "value"}),
+        ),
+        Family(
+            "gpuwatch_pod_gpu_idle_held",
+            HELP["gpuwatch_pod_gpu_idle_held"],
+            tuple(pod_keys),
+            split.rename(columns={"held": "value"}),
+        ),
+        Family(
+            "gpuwatch_pod_gpu_idle_abandoned",
+            HELP["gpuwatch_pod_gpu_idle_abandoned"],
+            tuple(pod_keys),
+            split.rename(columns={"abandoned": "value"}),
         ),
         Family(
             "gpuwatch_pod_gpu_idle_since_timestamp_seconds",

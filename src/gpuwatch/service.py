@@ -33,7 +33,7 @@ from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, nor
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.series import Family, published_series
 from gpuwatch.sources.clustercache import ClusterCache
-from gpuwatch.sources.dcgm import ExporterPods
+from gpuwatch.sources.dcgm import DEV_FB_USED, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
 from gpuwatch.sources.simulated.demo import (
@@ -121,7 +121,8 @@ class LiveSources:
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
         exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
-        return self.prometheus.gpu_samples(window, exporters=exporters)
+        # The framebuffer tells held idle GPUs (a model in memory) from abandoned ones (SPEC §3).
+        return self.prometheus.gpu_samples(window, exporters=exporters, fields=(DEV_FB_USED,))
 
     def allocation_history(self, window: Window) -> pd.DataFrame | None:
         return allocation_history(self.prometheus, window)
@@ -552,6 +553,14 @@ def analyze(
         warnings.append(f"{lost:.2f} GPU-hours allocated on nodes the API server does not list ({names})")
     if attribution.pods_without_telemetry:
         warnings.append(f"{attribution.pods_without_telemetry} running GPU pods have no DCGM telemetry")
+    fb_unknown = 0.0
+    if "memory_held" in marked:
+        unknown_idle = marked["idle"] & marked["memory_held"].isna()
+        fb_unknown = float(marked.loc[unknown_idle, "ge_share"].sum()) * step_h
+    if fb_unknown > 0:
+        warnings.append(
+            f"{fb_unknown:.2f} idle GPU-hours have no framebuffer telemetry: neither held nor abandoned"
+        )
     physical = gpu_samples.drop_duplicates(["timestamp", "uuid"])
     util_source = {
         source: int(physical.loc[physical["util_source"] == source, "uuid"].nunique())

@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch.config import Settings
 from gpuwatch.report import build_report
-from gpuwatch.service import FleetService
+from gpuwatch.service import history_service
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, query
 
@@ -35,7 +34,8 @@ def prom(fleet: SimulatedFleet, prometheus_factory: PrometheusFactory) -> Backfi
 
 @pytest.fixture(scope="module")
 def report(fleet: SimulatedFleet) -> dict[str, Any]:
-    return build_report(FleetService.demo(Settings(), fleet).analysis(fleet.window))
+    # The settings the backfilled gpuwatch_* series were computed with (the demo's, one price for all time).
+    return build_report(history_service(fleet).analysis(fleet.window))
 
 
 def _integrated(prom: BackfilledPrometheus, fleet: SimulatedFleet, rule: str) -> list[dict[str, Any]]:

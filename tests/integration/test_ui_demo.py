@@ -68,8 +68,8 @@ def usd(value: float) -> str:
     return f"${value:,.2f}"
 
 
-def hours(value: float) -> str:
-    return f"{value:,.2f}"
+def hours(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.2f}"
 
 
 def pct(value: float | None) -> str:
@@ -132,6 +132,19 @@ def test_waste_and_teams_show_the_report_numbers(
     assert p.inner_text("#kpi-stranded") == usd(report["fleet"]["stranded_cost_usd"])
     assert p.inner_text("#kpi-unallocated") == usd(report["fleet"]["unallocated_cost_usd"])
     _check_usage_rows(table_rows(p, "waste-teams"), report["teams"], "team")
+    # Idle hours split by the framebuffer: a parked notebook's model (held), a hung job's (abandoned).
+    for row, want in zip(table_rows(p, "waste-teams"), report["teams"], strict=True):
+        assert row["held_idle_gpu_hours"] == hours(want["held_idle_gpu_hours"])
+        assert row["abandoned_idle_gpu_hours"] == hours(want["abandoned_idle_gpu_hours"])
+    idle_shown = table_rows(p, "waste-idle")
+    by_pod = {(w["namespace"], w["pod"]): w for w in report["workloads"]}
+    for row in idle_shown:
+        want = by_pod[(row["namespace"], row["pod"])]
+        assert row["held_idle_gpu_hours"] == hours(want["held_idle_gpu_hours"])
+        assert row["abandoned_idle_gpu_hours"] == hours(want["abandoned_idle_gpu_hours"])
+    teams = {t["team"]: t for t in report["teams"]}
+    assert teams["platform"]["abandoned_idle_gpu_hours"] > 0  # its stuck job keeps a bare CUDA context
+    assert teams["data-science"]["held_idle_gpu_hours"] > 0  # its notebooks keep their models
     _check_usage_rows(table_rows(p, "waste-namespaces"), report["namespaces"][:25], "namespace")
     workloads = table_rows(p, "waste-workloads")
     for row, want in zip(workloads, report["workloads"][:25], strict=True):

@@ -120,7 +120,10 @@ def test_config_path_from_env(tmp_path: Path) -> None:
             "pricing: {products: {NVIDIA L4: 1}, amortization: {NVIDIA-L4: {purchase_usd: 100, months: 2}}}",
             "config: pricing: NVIDIA-L4 is both priced (products) and amortized (amortization)",
         ),
-        ("budgets: {monthly_usd: {research: -5}}", "config: budgets.monthly_usd.research must not be negative"),
+        (
+            "budgets: {monthly_usd: {research: -5}}",
+            "config: budgets.monthly_usd.research must not be negative",
+        ),
         ("budgets: {monthly_usd: {research: lots}}", "config: budgets.monthly_usd.research must be a number"),
         ("budgets: {monthly_usd: [research]}", "config: budgets.monthly_usd must be a mapping"),
         ("budgets: {yearly_usd: {research: 1}}", "config: unknown key budgets.yearly_usd"),

@@ -32,6 +32,8 @@ LABELS = {
     "pod_last_allocated": POD,
     "pod_last_idle": POD,
     "pod_idle_since": POD,
+    "pod_idle_held": POD,
+    "pod_idle_abandoned": POD,
     "fragmentation_sum": ("pool",),
     "fragmentation_count": ("pool",),
     "fragmented_sum": ("pool",),
@@ -113,6 +115,9 @@ def _fleet() -> HistorySums:
         pod_idle=[(1, *train, 0.0), (2, *nb, 8 * n), (2, *ds_pod, 1200.0)],
         pod_used=[(1, *train, 3 * n), (2, *ds_pod, 0.0)],
         pod_unknown=[(2, *ds_pod, 240.0)],
+        # nb-0: 6 of its 8 idle GPUs keep a model in memory; nb-ds's framebuffer is known half the time.
+        pod_idle_held=[(2, *nb, 6 * n), (2, *ds_pod, 600.0)],
+        pod_idle_abandoned=[(2, *nb, 2 * n)],
         pod_last_allocated=[(1, *train, 6.0), (2, *nb, 8.0), (2, *ds_pod, 1.0)],
         pod_last_idle=[(1, *train, 0.0), (2, *nb, 8.0), (2, *ds_pod, 0.0)],
         # nb-ds was idle earlier in the piece (its last idle-since sample), not at its last sample.
@@ -179,8 +184,14 @@ def test_teams_from_team_series_and_pods_from_pod_series(report: dict[str, Any])
             "budget_usd": 20_000.0,
             # $960 over the window's 60 h, straight on over November's 720 h.
             "forecast_month_usd": 960.0 / 60 * 720,
+            # 6 of nb-0's 8 idle GPUs for 12 h held a model, 2 were near empty.
+            "held_idle_gpu_hours": 72.0,
+            "abandoned_idle_gpu_hours": 24.0,
         }
     )
+    # Half of ds's idle hours have no framebuffer reading: neither held nor abandoned is known.
+    assert teams["ds"]["held_idle_gpu_hours"] is None
+    assert teams["ds"]["abandoned_idle_gpu_hours"] is None
     assert teams["ds"]["budget_usd"] is None
     assert teams["ds"]["forecast_month_usd"] == pytest.approx(12 * 0.8 / 60 * 720)
     # 10 h idle (known, 0 used) and 2 h without telemetry: unknown hours are apart from idle ones.
@@ -219,7 +230,16 @@ def test_idle_workloads_from_the_idle_families_alone(report: dict[str, Any]) -> 
     for row in rows:
         assert row == {k: pytest.approx(whole[row["pod"]][k]) for k in row}
     assert rows[0]["idle_since"] == "2026-11-18T23:40:00Z" and rows[0]["waste_usd"] == pytest.approx(384.0)
-    assert set(IDLE_FAMILIES) == {"pod_idle", "pod_last_allocated", "pod_last_idle", "pod_idle_since"}
+    assert (rows[0]["held_idle_gpu_hours"], rows[0]["abandoned_idle_gpu_hours"]) == (72.0, 24.0)
+    assert (rows[1]["held_idle_gpu_hours"], rows[1]["abandoned_idle_gpu_hours"]) == (None, None)
+    assert set(IDLE_FAMILIES) == {
+        "pod_idle",
+        "pod_last_allocated",
+        "pod_last_idle",
+        "pod_idle_since",
+        "pod_idle_held",
+        "pod_idle_abandoned",
+    }
 
 
 def test_the_summary_needs_the_sums_per_namespace_not_the_pods(report: dict[str, Any]) -> None:

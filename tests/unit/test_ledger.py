@@ -470,3 +470,44 @@ def test_usage_on_categorical_keys_equals_usage_on_strings() -> None:
         coded[keys] = coded[keys].astype("str")
         pd.testing.assert_frame_equal(plain, coded, check_dtype=False)
         assert coded["namespace"].tolist() == ["a", "b"]  # no row for the unused category
+
+
+def test_idle_hours_split_into_held_and_abandoned_by_the_framebuffer() -> None:
+    """SPEC §3: idle-allocated GE-hours whose unit's framebuffer holds at least idle.held_fb_bytes are held
+    (a model loaded), the rest abandoned; unknown framebuffer makes the group's split unknown."""
+    gib = 1024**3
+    # 1 h steps, idle window 1 h: every below-threshold sample is idle. Pod nb (1 GPU) holds 20 GiB,
+    # then 0.3 GiB (its kernel died); pod mig (MIG 2/7) holds 5 GiB; pod stuck (1/2 replica) holds no
+    # framebuffer reading at its second sample; pod busy is never idle (and unknown framebuffer).
+    rows = [
+        (0, "nb", "g1", "", 1.0, 0.0, 20 * gib),
+        (1, "nb", "g1", "", 1.0, 0.0, 0.3 * gib),
+        (0, "mig", "g2", "3", 2 / 7, 0.01, 5 * gib),
+        (0, "stuck", "g3", "", 0.5, 0.0, 0.0),
+        (1, "stuck", "g3", "", 0.5, 0.0, math.nan),
+        (0, "busy", "g4", "", 1.0, 0.9, math.nan),
+    ]
+    frame = attributed([r[:6] for r in rows]).assign(fb_used_bytes=[r[6] for r in rows])
+    marked = mark_idle(frame, step_seconds=3600, idle=IdleParams(window_seconds=3600, held_fb_bytes=gib))
+    assert marked["memory_held"].tolist() == pytest.approx(
+        [1.0, 0.0, 1.0, 0.0, math.nan, math.nan], nan_ok=True
+    )
+    pods = usage_summary(marked, step_seconds=3600, by="workload").set_index("pod")
+    assert pods.loc["nb", ["idle_gpu_hours", "held_idle_gpu_hours", "abandoned_idle_gpu_hours"]].tolist() == [
+        2.0,
+        1.0,
+        1.0,
+    ]
+    assert pods.loc["mig", "held_idle_gpu_hours"] == pytest.approx(2 / 7)
+    assert pods.loc["mig", "abandoned_idle_gpu_hours"] == 0.0
+    # Half of stuck's idle hour has no framebuffer reading: neither part is known.
+    assert pods.loc["stuck", "idle_gpu_hours"] == 1.0
+    assert math.isnan(pods.loc["stuck", "held_idle_gpu_hours"])
+    assert math.isnan(pods.loc["stuck", "abandoned_idle_gpu_hours"])
+    # Never idle: nothing held or abandoned, whatever its framebuffer.
+    assert pods.loc["busy", ["held_idle_gpu_hours", "abandoned_idle_gpu_hours"]].tolist() == [0.0, 0.0]
+    team = usage_summary(marked.query("pod != 'stuck'"), step_seconds=3600, by="team").iloc[0]
+    assert (team["held_idle_gpu_hours"], team["abandoned_idle_gpu_hours"]) == pytest.approx((1 + 2 / 7, 1.0))
+    assert team["held_idle_gpu_hours"] + team["abandoned_idle_gpu_hours"] == pytest.approx(
+        team["idle_gpu_hours"]
+    )

@@ -148,6 +148,36 @@ def test_states_partition_capacity_and_allocations_add_up(fleet: Fleet) -> None:
     assert (teams["idle_gpu_hours"] <= teams["allocated_gpu_hours"] + 1e-12).all()
 
 
+@settings(max_examples=100, deadline=None)
+@given(fleets(), st.lists(st.sampled_from((0.0, 2.0**29, 2.0**31, math.nan)), min_size=64, max_size=64))
+def test_held_and_abandoned_split_the_idle_hours_and_leave_the_ledger_alone(
+    fleet: Fleet, framebuffers: list[float]
+) -> None:
+    """SPEC §3: the split of allocated_idle into held and abandoned never changes the ledger; per group
+    held + abandoned = idle, or both are unknown where some idle hour's framebuffer is."""
+    idle = IdleParams(window_seconds=fleet.window_seconds, held_fb_bytes=2.0**30)
+    fb = [framebuffers[i % len(framebuffers)] for i in range(len(fleet.attributed))]
+    with_fb = fleet.attributed.assign(fb_used_bytes=fb)
+    plain = mark_idle(fleet.attributed, step_seconds=STEP, idle=idle)
+    marked = mark_idle(with_fb, step_seconds=STEP, idle=idle)
+    free = schedulable_free(fleet.node_samples, marked)
+    per_node, _ = fragmentation(free, request_mix(fleet.requests))
+    plain_per_node, _ = fragmentation(
+        schedulable_free(fleet.node_samples, plain), request_mix(fleet.requests)
+    )
+    by_node = ledger(fleet.node_samples, marked, per_node).by_node
+    pd.testing.assert_frame_equal(by_node, ledger(fleet.node_samples, plain, plain_per_node).by_node)
+    for by in ("team", "workload", "fleet"):
+        usage = usage_summary(marked, step_seconds=STEP, by=by)
+        known = usage["held_idle_gpu_hours"].notna()
+        assert (known == usage["abandoned_idle_gpu_hours"].notna()).all()
+        split = usage["held_idle_gpu_hours"] + usage["abandoned_idle_gpu_hours"]
+        np.testing.assert_allclose(split[known], usage.loc[known, "idle_gpu_hours"], rtol=1e-12, atol=1e-12)
+        unknown_fb_idle = marked["idle"] & marked["memory_held"].isna()
+        if not unknown_fb_idle.any():
+            assert known.all()
+
+
 def reference_idle(attributed: pd.DataFrame, window: int) -> list[bool]:
     """SPEC §3 read literally, one unit at a time: the last w samples held without a hole, all low."""
     by_unit: dict[tuple[str, ...], dict[pd.Timestamp, float]] = defaultdict(dict)

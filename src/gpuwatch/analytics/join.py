@@ -36,7 +36,8 @@ def attribute(
 
     gpu_samples: timestamp, node, uuid, gpu_instance_id, mig_profile, util_ratio, namespace, pod —
       one row per unit and sample, or per unit, pod and sample for time-sliced GPUs (vgpu copies);
-      namespace/pod "" where DCGM named no workload.
+      namespace/pod "" where DCGM named no workload; with fb_used_bytes, the attributed rows carry
+      their unit's (NaN on an unknown unit or where DCGM reported none).
     pods: namespace, pod, team, node, pool, requested_ge, started_at — pods running now (API server).
     nodes: node, pool, replicas — to size time-slice replicas and name pools.
     history: timestamp, namespace, pod, team, node, pool, ge_share — gpuwatch's own allocation series.
@@ -53,9 +54,9 @@ def attribute(
     # Key columns as categoricals with one shared dtype each: joins and de-duplication on integer
     # codes instead of millions of strings.
     dtypes = _shared_dtypes([gpu_samples, pods, history])
-    needed = ["timestamp", *_UNIT, *_KEY, "util_ratio"] + (
-        ["mig_profile"] if "mig_profile" in gpu_samples else []
-    )
+    needed = ["timestamp", *_UNIT, *_KEY, "util_ratio"] + [
+        c for c in ("mig_profile", "fb_used_bytes") if c in gpu_samples
+    ]
     samples = _categorize(gpu_samples[needed], dtypes)
     pods = _categorize(pods, dtypes)
     history = None if history is None else _categorize(history, dtypes)
@@ -96,6 +97,11 @@ def attribute(
         out[column] = out[column].astype("str")
     out["ge_share"] = out["ge_share"].astype("float64")
     out["util_ratio"] = out["util_ratio"].astype("float64")
+    if "fb_used_bytes" in units:
+        # The unit's framebuffer at the sample (a time-sliced GPU's is shared: each holder sees it all).
+        fb_by_unit = units.set_index(["timestamp", *_UNIT])["fb_used_bytes"]
+        at = pd.MultiIndex.from_frame(out[["timestamp", *_UNIT]])
+        out["fb_used_bytes"] = fb_by_unit.reindex(at).to_numpy(dtype=np.float64)
 
     held_units = out.loc[out["uuid"].ne(""), ["timestamp", *_UNIT]].drop_duplicates()
     busy = units.merge(held_units, on=["timestamp", *_UNIT], how="left", indicator=True)

@@ -53,6 +53,8 @@ def mark_idle(attributed: pd.DataFrame, *, step_seconds: float, idle: IdleParams
     never idle and it breaks the run. Timestamps are on the step grid; rows repeating a unit's
     timestamp (a pod holding two time-slice replicas of one GPU) are one sample.
     `low_util_since` is the first sample of the run of below-threshold samples a row belongs to.
+    With `fb_used_bytes`, `memory_held` is 1.0 where the unit's framebuffer holds at least
+    idle.held_fb_bytes, 0.0 below, NaN where unknown: an idle row is then held or abandoned.
     """
     ATTRIBUTED.check(attributed)
     ticks, per_second = _ticks(attributed["timestamp"])
@@ -78,9 +80,13 @@ def mark_idle(attributed: pd.DataFrame, *, step_seconds: float, idle: IdleParams
     idle_out[order] = is_idle
     since_out = np.empty(n, dtype=np.int64)
     since_out[order] = np.where(low, since, _NAT)
-    return attributed.assign(
+    marked = attributed.assign(
         idle=idle_out, low_util_since=_to_time(since_out, attributed["timestamp"], attributed.index)
     )
+    if "fb_used_bytes" in attributed:
+        fb = attributed["fb_used_bytes"].to_numpy(dtype=np.float64)
+        marked["memory_held"] = np.where(np.isnan(fb), np.nan, fb >= idle.held_fb_bytes)
+    return marked
 
 
 def idle_since(marked: pd.DataFrame) -> pd.DataFrame:
@@ -216,7 +222,9 @@ def summarize_usage(
     idle_weights: Mapping[str, Floats] | None = None,
 ) -> pd.DataFrame:
     """usage_summary() plus a column Σ ge_share × step × weight per named per-row weight, over all rows
-    (allocated_weights) or idle rows only (idle_weights): the one pass cost.py prices with."""
+    (allocated_weights) or idle rows only (idle_weights): the one pass cost.py prices with. Rows with
+    `memory_held` (mark_idle) add held_idle_gpu_hours and abandoned_idle_gpu_hours: their sum is
+    idle_gpu_hours, or both are NaN where some idle hours' framebuffer is unknown."""
     IDLE_MARKED.check(marked)
     keys = GROUPINGS[by] if isinstance(by, str) else tuple(by)
     codes, groups = group_codes(marked, keys)
@@ -239,6 +247,14 @@ def summarize_usage(
         efficiency=np.divide(used, measured, out=np.full(n_groups, np.nan), where=measured > EPSILON_GE),
         pods=_distinct_workloads(marked, codes, keys, n_groups),
     )
+    if "memory_held" in marked:
+        # Held vs abandoned idle (SPEC §3): a group with idle hours of unknown framebuffer has neither.
+        held = marked["memory_held"].to_numpy(dtype=np.float64)
+        idle_hours = np.where(idle, ge_hours, 0.0)
+        fb_unknown = np.bincount(codes, weights=np.where(np.isnan(held), idle_hours, 0.0), minlength=n_groups)
+        for name, weight in (("held_idle_gpu_hours", held == 1.0), ("abandoned_idle_gpu_hours", held == 0.0)):
+            split = np.bincount(codes, weights=np.where(weight, idle_hours, 0.0), minlength=n_groups)
+            out[name] = np.where(fb_unknown > 0, np.nan, split)
     for name, weight in (allocated_weights or {}).items():
         out[name] = np.bincount(codes, weights=ge_hours * weight, minlength=n_groups)
     for name, weight in (idle_weights or {}).items():

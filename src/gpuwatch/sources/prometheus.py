@@ -686,6 +686,8 @@ class HistorySums:
     pod_last_allocated: pd.DataFrame  # ... GE at the pod's last sample in the piece
     pod_last_idle: pd.DataFrame  # ... idle-allocated GE at the pod's last sample in the piece *
     pod_idle_since: pd.DataFrame  # ... idle-since epoch seconds at the last sample that had one
+    pod_idle_held: pd.DataFrame  # ... Σ idle GE with the framebuffer in use *
+    pod_idle_abandoned: pd.DataFrame  # ... Σ idle GE with the framebuffer near empty *
     # What the report needs of the pods without them (from the pod families when those were read):
     namespace_sums: pd.DataFrame  # namespace, team, pool, family (NAMESPACE_FAMILIES): Σ GE of the pods
     namespace_pods: pd.DataFrame  # namespace, team: distinct pods seen in the window (no `piece`)
@@ -877,6 +879,7 @@ def _spans(a: datetime, b: datetime, seconds: int, rollup: str) -> list[tuple[da
 # The per-pod families of HistorySums and their queries. A pod never idle or unknown in a piece, or not
 # idle at its last sample there, is left out of those families (read as 0): most of a month's ~50,000 pods.
 _ALLOCATION, _IDLE, _USED, _UNKNOWN = promql.POD_SUM_METRICS
+POD_IDLE_SPLIT: Final = ("pod_idle_held", "pod_idle_abandoned")
 POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
     "pod_allocated": partial(promql.pod_gpus_sum_query, _ALLOCATION),
     "pod_idle": partial(promql.pod_gpus_sum_query, _IDLE, nonzero=True),
@@ -885,6 +888,10 @@ POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
     "pod_last_allocated": partial(promql.pod_gpus_last_query, _ALLOCATION),
     "pod_last_idle": partial(promql.pod_gpus_last_query, _IDLE, nonzero=True),
     "pod_idle_since": promql.pod_idle_since_last_query,
+    **{
+        name: partial(promql.pod_gpus_sum_query, metric, nonzero=True)
+        for name, metric in zip(POD_IDLE_SPLIT, promql.POD_IDLE_SPLIT_METRICS, strict=True)
+    },
 }
 
 

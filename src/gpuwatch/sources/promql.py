@@ -183,6 +183,8 @@ PENDING_LABELS = ("namespace", "pod", "team", "pool")
 FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_pod_gpu_allocation": (*_POD_LABELS, "resource"),
     "gpuwatch_pod_gpu_idle": _POD_LABELS,
+    "gpuwatch_pod_gpu_idle_held": _POD_LABELS,
+    "gpuwatch_pod_gpu_idle_abandoned": _POD_LABELS,
     "gpuwatch_pod_gpu_used": _POD_LABELS,
     "gpuwatch_pod_gpu_unknown": _POD_LABELS,
     "gpuwatch_pod_gpu_utilization_ratio": _POD_LABELS,
@@ -258,6 +260,9 @@ POD_SUM_METRICS = (
     "gpuwatch_pod_gpu_unknown",
 )
 POD_LAST_METRICS = ("gpuwatch_pod_gpu_allocation", "gpuwatch_pod_gpu_idle")
+# The idle GE split by framebuffer (held, abandoned): published only for pods with idle GE whose
+# framebuffer is known, so idle − held − abandoned is the idle GE of unknown framebuffer.
+POD_IDLE_SPLIT_METRICS = ("gpuwatch_pod_gpu_idle_held", "gpuwatch_pod_gpu_idle_abandoned")
 POOL_MEAN_METRICS = ("gpuwatch_pool_fragmentation_ratio", "gpuwatch_pool_price_usd_per_gpu_hour")
 # The fragmentation ratio's parts, summed over a window: Σ fragmented ÷ Σ free is the window's ratio.
 POOL_GE_METRICS = ("gpuwatch_pool_fragmented_gpus", "gpuwatch_pool_schedulable_free_gpus")
@@ -363,6 +368,8 @@ ROLLUPS: Final = (
     ("gpuwatch_pod_gpu_idle", "sum_over_time"),
     ("gpuwatch_pod_gpu_used", "sum_over_time"),
     ("gpuwatch_pod_gpu_unknown", "sum_over_time"),
+    ("gpuwatch_pod_gpu_idle_held", "sum_over_time"),
+    ("gpuwatch_pod_gpu_idle_abandoned", "sum_over_time"),
     ("gpuwatch_pod_gpu_allocation", "last_over_time"),
     ("gpuwatch_pod_gpu_idle", "last_over_time"),
     ("gpuwatch_pod_gpu_idle_since_timestamp_seconds", "last_over_time"),
@@ -381,7 +388,12 @@ ROLLUPS: Final = (
 # and a reader counts a missing one as 0 (the pod's allocation roll-up says it was there). A month's
 # daily idle and unknown roll-ups are then a tenth of the pods', not all ~50,000, for Prometheus to look up.
 NONZERO_ROLLUPS: Final = frozenset(
-    {("gpuwatch_pod_gpu_idle", "sum_over_time"), ("gpuwatch_pod_gpu_unknown", "sum_over_time")}
+    {
+        ("gpuwatch_pod_gpu_idle", "sum_over_time"),
+        ("gpuwatch_pod_gpu_unknown", "sum_over_time"),
+        ("gpuwatch_pod_gpu_idle_held", "sum_over_time"),
+        ("gpuwatch_pod_gpu_idle_abandoned", "sum_over_time"),
+    }
 )
 
 
@@ -547,7 +559,7 @@ def pod_gpus_sum_query(
     a month of a large fleet is ~50,000 pods a reader would otherwise receive and parse to add nothing.
     `matchers`: only the pods' series they match (a team's, some pods').
 
-    The same for gpuwatch_pod_gpu_idle, _used and _unknown;
+    The same for gpuwatch_pod_gpu_idle, _used, _unknown, _idle_held and _idle_abandoned;
     pod_gpus_sum_query("gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60) is::
 
         sum by (
@@ -564,7 +576,7 @@ def pod_gpus_sum_query(
           )
         )
     """
-    metric = _one_of_metrics(metric, POD_SUM_METRICS)
+    metric = _one_of_metrics(metric, (*POD_SUM_METRICS, *POD_IDLE_SPLIT_METRICS))
     query = _summed(
         POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers
     )

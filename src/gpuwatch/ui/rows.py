@@ -26,7 +26,17 @@ USAGE_COLUMNS = [
     Column("waste_usd", "waste $", "usd"),
     Column("pods", "pods", "int"),
 ]
-TEAM_COLUMNS = [Column("team", "team", href=team_link), *USAGE_COLUMNS]
+# Idle GPU-hours with a model in memory (held) and near empty (abandoned): "n/a" where unknown.
+IDLE_SPLIT_COLUMNS = [
+    Column("held_idle_gpu_hours", "held idle GPU-h", "num"),
+    Column("abandoned_idle_gpu_hours", "abandoned idle GPU-h", "num"),
+]
+TEAM_COLUMNS = [
+    Column("team", "team", href=team_link),
+    *USAGE_COLUMNS[:3],
+    *IDLE_SPLIT_COLUMNS,
+    *USAGE_COLUMNS[3:],
+]
 NAMESPACE_COLUMNS = [Column("namespace", "namespace"), Column("team", "team", href=team_link), *USAGE_COLUMNS]
 WORKLOAD_COLUMNS = [
     Column("namespace", "namespace"),
@@ -50,6 +60,7 @@ IDLE_COLUMNS = [
     Column("idle_since", "idle since", "time"),
     Column("idle_for", "idle for"),
     Column("idle_gpu_hours", "idle GPU-h", "num"),
+    *IDLE_SPLIT_COLUMNS,
     Column("waste_usd", "waste $ so far", "usd"),
 ]
 

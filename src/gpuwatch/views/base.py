@@ -11,7 +11,7 @@ from typing import Any, Final, TypeVar
 import pandas as pd
 
 from gpuwatch.model import LEDGER_STATES, Window
-from gpuwatch.report import Report
+from gpuwatch.report import IDLE_SPLIT, Report
 
 MAX_POINTS: Final = 480  # points per time series sent to the browser; samples are averaged into buckets
 STATE_COLUMNS: Final = [f"{s}_ge" for s in LEDGER_STATES]
@@ -176,9 +176,10 @@ class FleetView(ABC):
         )
 
     def idle_waste(self) -> list[dict[str, Any]]:
-        """namespace, pod, team, idle_gpu_hours and waste_usd of every idle_workloads() row (on the
-        recorded path over the whole fleet, from the idle pods' family alone)."""
-        keys = ("namespace", "pod", "team", "idle_gpu_hours", "waste_usd")
+        """namespace, pod, team, idle_gpu_hours (held and abandoned) and waste_usd of every
+        idle_workloads() row (on the recorded path over the whole fleet, from the idle pods' families
+        alone)."""
+        keys = ("namespace", "pod", "team", "idle_gpu_hours", *IDLE_SPLIT, "waste_usd")
         return self._cached("idle_waste", lambda: [{k: w[k] for k in keys} for w in self.idle_workloads()])
 
     def idle_now(self) -> list[dict[str, Any]]:

@@ -27,9 +27,9 @@ from gpuwatch.history import (
     workload_table,
 )
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
-from gpuwatch.report import Report, build_history_report, workload_rows
+from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, workload_rows
 from gpuwatch.service import Analysis
-from gpuwatch.sources.prometheus import HistorySums, HistoryTimeline, PodReader, pod_totals
+from gpuwatch.sources.prometheus import POD_IDLE_SPLIT, HistorySums, HistoryTimeline, PodReader, pod_totals
 from gpuwatch.sources.promql import POD_HISTORY_LABELS
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
 from gpuwatch.views.raw import holders
@@ -118,8 +118,10 @@ class RecordedView(FleetView):
             return self.headline
         if "report" in self._memo:
             return self.report
-        totals = self.recorded.pods.of_teams().totals()
-        return build_history_report(self._assembled(replace(self.recorded.sums, **totals)))
+        pods = self.recorded.pods.of_teams()
+        # The teams' held and abandoned idle hours come from the idle pods' split families (a few).
+        split = pods.read(*POD_IDLE_SPLIT)
+        return build_history_report(self._assembled(replace(self.recorded.sums, **pods.totals(), **split)))
 
     def pool_rows(self) -> list[dict[str, Any]]:
         if self._from_whole("summary"):
@@ -193,7 +195,9 @@ class RecordedView(FleetView):
             now = now[pairs.isin(list(held))] if len(now) else now
             waste = self._waste()
             rows = now.drop(columns="piece").merge(
-                waste[[*WORKLOAD_KEYS, "idle_gpu_hours", "waste_usd"]], on=list(WORKLOAD_KEYS), how="inner"
+                waste[[*WORKLOAD_KEYS, "idle_gpu_hours", *IDLE_SPLIT, "waste_usd"]],
+                on=list(WORKLOAD_KEYS),
+                how="inner",
             )
             rows = rows.assign(idle_since=pd.to_datetime(rows.pop("since"), unit="s", utc=True))
             return workload_rows(rows)
@@ -203,15 +207,15 @@ class RecordedView(FleetView):
     def idle_waste(self) -> list[dict[str, Any]]:
         if self._from_whole("idle_workloads"):
             return super().idle_waste()
-        columns = [*WORKLOAD_KEYS, "idle_gpu_hours", "waste_usd"]
+        columns = [*WORKLOAD_KEYS, "idle_gpu_hours", *IDLE_SPLIT, "waste_usd"]
         return self._cached("idle_waste", lambda: workload_rows(self._waste()[columns]))
 
     def _waste(self) -> pd.DataFrame:
-        """idle_workloads() of the idle pods' family alone: idle GE-hours and dollars per workload (its
-        last-sample columns unknown), computed once."""
+        """idle_workloads() of the idle pods' families alone: idle GE-hours (held and abandoned) and dollars
+        per workload (its last-sample columns unknown), computed once."""
 
         def compute() -> pd.DataFrame:
-            idle = self.recorded.pods.of_teams().read("pod_idle")
+            idle = self.recorded.pods.of_teams().read("pod_idle", *POD_IDLE_SPLIT)
             return idle_workloads(replace(self.recorded.sums, **idle), settings=self.recorded.settings)
 
         return self._cached("waste", compute)

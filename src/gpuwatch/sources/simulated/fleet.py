@@ -300,8 +300,8 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     rng = np.random.default_rng(fleet.seed + 1)
     held = _held_mask(fleet)[:, cols]
     known_util = np.nan_to_num(util[:, cols])
-    fb_used = np.where(held, np.round(mem[:, None] * (0.35 + 0.5 * known_util) / BYTES_PER_MIB), 0.0)
-    fb_used = fb_used * BYTES_PER_MIB
+    loaded = _held_mask(fleet, loaded=True)[:, cols]
+    fb_used = framebuffer_used_bytes(mem[:, None], util[:, cols], held, loaded)
     power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + rng.normal(0, 1.0, (n_g, n_t)), 3)
     power = np.maximum(power, 1.0)
     temp_noise = rng.normal(0, 0.7, (n_g, n_t))[:, cols]
@@ -363,13 +363,31 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     return frame.loc[present].reset_index(drop=True)
 
 
-def _held_mask(fleet: SimulatedFleet) -> np.ndarray:
+def _held_mask(fleet: SimulatedFleet, *, loaded: bool = False) -> np.ndarray:
+    """[gpu, sample] True where a pod holds the unit (loaded: a pod that keeps a model in memory, i.e.
+    any archetype but stuck)."""
     n = fleet.window.n_samples
     held = np.zeros((len(fleet.gpus), n), dtype=bool)
     index = {(g.uuid, g.gpu_instance_id): i for i, g in enumerate(fleet.gpus)}
     for a, (i0, i1) in zip(fleet.allocations, sample_spans(fleet, fleet.allocations), strict=True):
+        if loaded and fleet.archetypes.get(f"{a.namespace}/{a.pod}") == "stuck":
+            continue
         held[index[(a.uuid, a.gpu_instance_id)], i0:i1] = True
     return held
+
+
+# A process that opened the GPU and then hung or crashed keeps its CUDA context and nothing else.
+CUDA_CONTEXT_BYTES = 320 * BYTES_PER_MIB
+
+
+def framebuffer_used_bytes(
+    memory_bytes: np.ndarray, util_ratio: np.ndarray, held: np.ndarray, loaded: np.ndarray
+) -> np.ndarray:
+    """Framebuffer a unit reports: with a model loaded (any holder but a stuck one) 35 % of its memory
+    plus half of it times the utilization (to the MiB); held by stuck pods only, a bare CUDA context
+    (near empty: their idle GPUs are abandoned, a parked notebook's are held); free, none."""
+    model = np.round(memory_bytes * (0.35 + 0.5 * np.nan_to_num(util_ratio)) / BYTES_PER_MIB) * BYTES_PER_MIB
+    return np.where(loaded, model, np.where(held, CUDA_CONTEXT_BYTES, 0.0))
 
 
 def sample_spans(fleet: SimulatedFleet, allocations: Iterable[Allocation]) -> list[tuple[int, int]]:

@@ -8,7 +8,12 @@ import pandas as pd
 from gpuwatch.model import Window
 from gpuwatch.schema import categorical_strings
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated.fleet import EXPORTER_NAMESPACE, SimulatedFleet, sample_spans
+from gpuwatch.sources.simulated.fleet import (
+    EXPORTER_NAMESPACE,
+    SimulatedFleet,
+    framebuffer_used_bytes,
+    sample_spans,
+)
 
 UTIL_PROF = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL_DEV = "DCGM_FI_DEV_GPU_UTIL"
@@ -28,6 +33,8 @@ class _Codes:
     first: np.ndarray  # per allocation: first fleet sample held
     end: np.ndarray  # per allocation: fleet sample after the last held
     missing: np.ndarray  # [unit, fleet sample] True where the exporter served nothing
+    memory_bytes: np.ndarray  # per unit: its framebuffer
+    loaded: np.ndarray  # per holder, and False for the blank one: keeps a model in memory (not stuck)
 
 
 def _fleet_codes(fleet: SimulatedFleet) -> _Codes:
@@ -56,6 +63,10 @@ def _fleet_codes(fleet: SimulatedFleet) -> _Codes:
         first=spans[:, 0],
         end=spans[:, 1],
         missing=fleet.missing_mask(),
+        memory_bytes=np.array([g.memory_bytes for g in fleet.gpus], dtype=np.float64),
+        loaded=np.array(
+            [fleet.archetypes.get(f"{ns}/{pod}") != "stuck" for ns, pod, *_ in table] + [False], dtype=bool
+        ),
     )
 
 
@@ -88,6 +99,16 @@ def _reported(codes: _Codes, first: int, end: int) -> tuple[np.ndarray, np.ndarr
     row = np.repeat(np.arange(len(reported)), copies)
     nth = np.arange(len(row)) - np.repeat(np.cumsum(copies) - copies, copies)
     return unit[row], offset[row] + first, np.where(hi[row] > lo[row], holders[lo[row] + nth], blank)
+
+
+def _any_per_unit_sample(flags: np.ndarray, unit: np.ndarray, sample: np.ndarray) -> np.ndarray:
+    """Per row, whether any row of its (unit, sample) is flagged: a time-sliced GPU's holders share one
+    framebuffer. The rows of a unit-sample are consecutive (_reported's order)."""
+    if not len(flags):
+        return flags
+    key = unit.astype(np.int64) * (int(sample.max()) + 1) + sample
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return np.repeat(np.maximum.reduceat(flags, starts), np.diff(np.r_[starts, len(flags)]))
 
 
 class SimulatedSource:
@@ -141,26 +162,35 @@ class SimulatedSource:
     def gpu_samples(self, window: Window) -> pd.DataFrame:
         """Per unit (and pod, for shared GPUs) and sample of `window`: util and the workload DCGM names.
 
-        Columns: timestamp, node, uuid, gpu_instance_id, mig_profile, util_ratio, util_source,
-        namespace, pod ("" where DCGM names no workload), keys as categoricals of strings. The window's
-        step must be a multiple of the fleet's; coarser samples average the fleet's (as avg_over_time
-        does). Rows run unit by unit, sample by sample, a shared unit's holders in allocation order.
+        Columns: timestamp, node, uuid, gpu_instance_id, mig_profile, util_ratio, fb_used_bytes,
+        util_source, namespace, pod ("" where DCGM names no workload), keys as categoricals of strings.
+        The window's step must be a multiple of the fleet's; coarser samples average the fleet's (as
+        avg_over_time does). Rows run unit by unit, sample by sample, a shared unit's holders in
+        allocation order.
         """
         fine_step = window.step_seconds == self.fleet.window.step_seconds
         if window.step_seconds % self.fleet.window.step_seconds:
             raise ValueError("window step must be a multiple of the simulated fleet's step")
-        unit, sample, holder = _reported(self._fleet_codes(), *self._samples_of(window))
+        codes = self._fleet_codes()
+        unit, sample, holder = _reported(codes, *self._samples_of(window))
+        util = self.fleet.util_ratio[unit, sample]
         rows = pd.DataFrame(
             {
                 "timestamp": self._fleet_times(sample) if fine_step else self._window_times(sample, window),
                 "unit": unit,
                 "holder": holder,
-                "util_ratio": self.fleet.util_ratio[unit, sample],
+                "util_ratio": util,
+                "fb_used_bytes": framebuffer_used_bytes(
+                    codes.memory_bytes[unit],
+                    util,
+                    holder < len(codes.loaded) - 1,
+                    _any_per_unit_sample(codes.loaded[holder], unit, sample),
+                ),
             }
         )
         if not fine_step:
             rows = rows.groupby(["timestamp", "unit", "holder"], as_index=False, sort=False).agg(
-                util_ratio=("util_ratio", "mean")
+                util_ratio=("util_ratio", "mean"), fb_used_bytes=("fb_used_bytes", "mean")
             )
         unit, holder = rows["unit"].to_numpy(), rows["holder"].to_numpy()
         units, holders = self._fleet_codes().units, self._fleet_codes().holders
@@ -171,6 +201,7 @@ class SimulatedSource:
                 "uuid": categorical_strings(units["uuid"], unit),
                 "gpu_instance_id": categorical_strings(units["gpu_instance_id"], unit),
                 "util_ratio": rows["util_ratio"],
+                "fb_used_bytes": rows["fb_used_bytes"],
                 "namespace": categorical_strings([*holders["namespace"], ""], holder),
                 "pod": categorical_strings([*holders["pod"], ""], holder),
                 "mig_profile": categorical_strings(units["mig_profile"], unit),

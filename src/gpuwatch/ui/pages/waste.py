@@ -95,7 +95,9 @@ def _tables(view: View, query: str) -> list[html.Section]:
             query=query,
             more=more,
             note="Idle: every GPU the workload holds stayed below the idle threshold for the whole idle "
-            "window. Dollars are this window's idle-allocated GE-hours × price.",
+            "window. Held: idle with a model in GPU memory (a parked notebook, a loaded server); "
+            "abandoned: idle with memory near empty. Dollars are this window's idle-allocated GE-hours × "
+            "price.",
         ),
         table(
             "waste-teams",
