@@ -138,10 +138,20 @@ def test_waste_and_teams_show_the_report_numbers(
         assert row["abandoned_idle_gpu_hours"] == hours(want["abandoned_idle_gpu_hours"])
     idle_shown = table_rows(p, "waste-idle")
     by_pod = {(w["namespace"], w["pod"]): w for w in report["workloads"]}
+    memory = {"held": 0, "abandoned": 0}
     for row in idle_shown:
         want = by_pod[(row["namespace"], row["pod"])]
-        assert row["held_idle_gpu_hours"] == hours(want["held_idle_gpu_hours"])
-        assert row["abandoned_idle_gpu_hours"] == hours(want["abandoned_idle_gpu_hours"])
+        held, abandoned = want["held_idle_gpu_hours"], want["abandoned_idle_gpu_hours"]
+        kind = (
+            "held"
+            if abandoned == 0
+            else "abandoned"
+            if held == 0
+            else f"{held:,.2f} held · {abandoned:,.2f} abandoned"
+        )
+        assert row["idle_memory"] == f"{hours(want['idle_gpu_hours'])}\n{kind}"
+        memory[kind] = memory.get(kind, 0) + 1
+    assert memory["held"] > 0 and memory["abandoned"] > 0
     teams = {t["team"]: t for t in report["teams"]}
     assert teams["platform"]["abandoned_idle_gpu_hours"] > 0  # its stuck job keeps a bare CUDA context
     assert teams["data-science"]["held_idle_gpu_hours"] > 0  # its notebooks keep their models

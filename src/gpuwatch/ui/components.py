@@ -126,6 +126,14 @@ def kpi(label: str, value: str, kpi_id: str, *, tone: str = "", hint: str = "") 
     )
 
 
+def two_lines(value: str, detail: str, *, alert: bool = False) -> html.Div:
+    """A numeric cell's value over a muted line that qualifies it (red when `alert`): one column, not two."""
+    return html.Div(
+        [html.Div(value), html.Div(detail, className="gw-alert-detail" if alert else "gw-muted")],
+        className="gw-two-lines",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     """A table column: row key, header, format (usd, pct, num, int, change, pp, time, text, tag) and an

@@ -59,10 +59,21 @@ IDLE_COLUMNS = [
     Column("gpus", "GPUs", "num"),
     Column("idle_since", "idle since", "time"),
     Column("idle_for", "idle for"),
-    Column("idle_gpu_hours", "idle GPU-h", "num"),
-    *IDLE_SPLIT_COLUMNS,
+    Column("idle_memory", "idle GPU-h · memory", "num"),
     Column("waste_usd", "waste $ so far", "usd"),
 ]
+
+
+def idle_memory_text(row: dict[str, Any]) -> str:
+    """What the idle GPUs' memory held: all held, all abandoned, how much of each, or unknown."""
+    held, abandoned = row.get("held_idle_gpu_hours"), row.get("abandoned_idle_gpu_hours")
+    if held is None or abandoned is None:
+        return "memory n/a"
+    if abandoned <= 0:
+        return "held"
+    if held <= 0:
+        return "abandoned"
+    return f"{held:,.2f} held · {abandoned:,.2f} abandoned"
 
 
 def idle_rows(view: View, limit: int | None = None) -> list[dict[str, Any]]:

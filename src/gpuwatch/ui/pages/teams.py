@@ -7,7 +7,7 @@ import pandas as pd
 from dash import Input, Output, callback, dcc, html
 
 from gpuwatch.ui import figures, ids
-from gpuwatch.ui.components import Column, as_of, load, loaded_banner, page, table, usd
+from gpuwatch.ui.components import Column, as_of, load, loaded_banner, page, table, two_lines, usd
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
@@ -63,16 +63,9 @@ def _sparklines(view: View) -> dict[str, dcc.Graph]:
 
 
 def _budget(row: dict[str, Any]) -> html.Div:
-    """The month's forecast over the share of the monthly budget it spends (two lines: one column), red
-    when the forecast exceeds the budget."""
+    """The month's forecast over the share of the monthly budget it spends, red when over budget."""
     over = (row.get("budget_use") or 0.0) > 1.0
-    return html.Div(
-        [
-            html.Div(usd(row["forecast_month_usd"])),
-            html.Div(budget_text(row), className="gw-over-budget" if over else "gw-muted"),
-        ],
-        className="gw-budget",
-    )
+    return two_lines(usd(row["forecast_month_usd"]), budget_text(row), alert=over)
 
 
 @exporter("teams")

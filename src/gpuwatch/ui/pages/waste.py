@@ -19,12 +19,20 @@ from gpuwatch.ui.components import (
     page,
     pct,
     table,
+    two_lines,
     usd,
 )
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter, report_group
 from gpuwatch.ui.filters import Filters, to_query
-from gpuwatch.ui.rows import IDLE_COLUMNS, NAMESPACE_COLUMNS, TEAM_COLUMNS, WORKLOAD_COLUMNS, idle_rows
+from gpuwatch.ui.rows import (
+    IDLE_COLUMNS,
+    NAMESPACE_COLUMNS,
+    TEAM_COLUMNS,
+    WORKLOAD_COLUMNS,
+    idle_memory_text,
+    idle_rows,
+)
 
 dash.register_page(__name__, path="/waste", name="Waste", title="gpuwatch · Waste", order=3)
 
@@ -89,7 +97,10 @@ def _tables(view: View, query: str) -> list[html.Section]:
             "waste-idle",
             "Top idle workloads",
             IDLE_COLUMNS,
-            idle_rows(view, TOP_ROWS),
+            [
+                {**r, "idle_memory": two_lines(num(r["idle_gpu_hours"]), idle_memory_text(r))}
+                for r in idle_rows(view, TOP_ROWS)
+            ],
             limit=TOP_ROWS,
             empty_text="no workload is idle",
             query=query,
