@@ -16,6 +16,7 @@ from gpuwatch.model import (
     Amortization,
     Budgets,
     DatedPrice,
+    EnergyTariff,
     IdleParams,
     PriceBook,
     TeamRules,
@@ -74,6 +75,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "default_usd_per_gpu_hour": "price",
         "products": "price_map",
         "amortization": "amortization_map",
+        "energy": "energy",
     },
     "idle": {"threshold": "ratio", "window": "duration", "held_fb_mib": "count"},
     "budgets": {"monthly_usd": "usd_map", "idle_usd_per_hour": "usd_map"},
@@ -179,6 +181,8 @@ def _check(name: str, kind: str, value: Any) -> Any:
         return _check(name, "price", value) if not isinstance(value, list) else _dated_prices(name, value)
     if kind == "amortization":
         return _amortization(name, value)
+    if kind == "energy":
+        return _energy(name, value)
     raise AssertionError(kind)
 
 
@@ -199,26 +203,40 @@ def _fields(
 
 def _dated_prices(name: str, value: list[Any]) -> tuple[DatedPrice, ...]:
     """[{from, usd_per_gpu_hour}, ...] -> DatedPrice by start; two prices from one time overlap."""
+    return tuple(DatedPrice(start=t, usd_per_gpu_hour=p) for t, p in _dated(name, value, "usd_per_gpu_hour"))
+
+
+def _dated(name: str, value: list[Any], key: str) -> list[tuple[datetime, float]]:
+    """[{from, <key>}, ...] -> (start, price) by start; two prices from one time overlap."""
     if not value:
-        raise ConfigError(f"config: {name} must list at least one {{from, usd_per_gpu_hour}}")
+        raise ConfigError(f"config: {name} must list at least one {{from, {key}}}")
     prices = []
     for k, item in enumerate(value):
         where = f"{name}[{k}]"
-        entry = _fields(where, item, ("from", "usd_per_gpu_hour"))
-        start = _instant(f"{where}.from", entry["from"])
+        entry = _fields(where, item, ("from", key))
         prices.append(
-            DatedPrice(
-                start=start,
-                usd_per_gpu_hour=_check(f"{where}.usd_per_gpu_hour", "price", entry["usd_per_gpu_hour"]),
-            )
+            (_instant(f"{where}.from", entry["from"]), _check(f"{where}.{key}", "price", entry[key]))
         )
-    prices.sort(key=lambda p: p.start)
+    prices.sort(key=lambda p: p[0])
     for a, b in itertools.pairwise(prices):
-        if a.start == b.start:
-            raise ConfigError(
-                f"config: {name} has two prices from {a.start.isoformat()} (dated prices overlap)"
-            )
-    return tuple(prices)
+        if a[0] == b[0]:
+            raise ConfigError(f"config: {name} has two prices from {a[0].isoformat()} (dated prices overlap)")
+    return prices
+
+
+def _energy(name: str, value: Any) -> EnergyTariff:
+    """{usd_per_kwh: a number or [{from, usd_per_kwh}, ...], pue: a number ≥ 1 (default 1)}."""
+    entry = _fields(name, value, ("usd_per_kwh",), ("pue",))
+    price = entry["usd_per_kwh"]
+    schedule: list[tuple[datetime | None, float]] = (
+        list(_dated(f"{name}.usd_per_kwh", price, "usd_per_kwh"))
+        if isinstance(price, list)
+        else [(None, _check(f"{name}.usd_per_kwh", "price", price))]
+    )
+    pue = _check(f"{name}.pue", "price", entry.get("pue", 1.0))
+    if pue < 1.0:
+        raise ConfigError(f"config: {name}.pue is facility power over IT power, at least 1, got {pue:g}")
+    return EnergyTariff(usd_per_kwh=tuple(schedule), pue=pue)
 
 
 def _instant(name: str, value: Any) -> datetime:
@@ -261,6 +279,7 @@ def _price_book(v: Mapping[str, Any]) -> PriceBook:
         default_usd_per_gpu_hour=2.0 if default is None else default,
         products=products,
         amortization=amortization,
+        energy=v["pricing.energy"],
     )
 
 

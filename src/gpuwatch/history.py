@@ -266,6 +266,10 @@ def assemble(
         for product, when in settings.pricing.changes(window.start, window.end)
     ]
     warnings.append(
+        "history path: energy is not read from gpuwatch_* series yet (energy_kwh and energy_cost_usd are "
+        "unknown; --source raw measures them)"
+    )
+    warnings.append(
         "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "
         "unattributed GPU-hours (both shown as 0), and count GPU samples present per node and piece (a day), "
         "capped at capacity (--source raw recomputes all three)"

@@ -267,6 +267,20 @@ Price = float | tuple[DatedPrice, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EnergyTariff:
+    """What the GPUs' energy costs: USD per kWh, each price in force from its start (None: since always)
+    until the next, and the PUE (facility ÷ IT power) that charges the data centre's overhead to it."""
+
+    usd_per_kwh: tuple[tuple[datetime | None, float], ...]
+    pue: float = 1.0
+
+    def schedule(self) -> tuple["npt.NDArray[np.float64]", "npt.NDArray[np.float64]"]:
+        """Epoch seconds each price is in force from (−inf: since always), and the prices."""
+        starts = [-np.inf if start is None else start.timestamp() for start, _ in self.usd_per_kwh]
+        return np.asarray(starts, dtype=np.float64), np.asarray([p for _, p in self.usd_per_kwh])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PriceBook:
     """USD per GPU-hour by normalized product: a price for all time, dated prices, or an amortized
     purchase; `default` for products it does not name and before a product's first dated price."""
@@ -274,6 +288,7 @@ class PriceBook:
     default_usd_per_gpu_hour: float = 2.0
     products: Mapping[str, Price] = field(default_factory=dict)
     amortization: Mapping[str, Amortization] = field(default_factory=dict)
+    energy: EnergyTariff | None = None  # None: energy is measured, its cost unknown
 
     def usd_per_gpu_hour(self, product: str, at: datetime) -> float:
         """The price in force at `at`."""

@@ -84,7 +84,14 @@ CURRENCY = "USD"
 # Decimals a number means, by column: GPU-hours to the thousandth (a MIG slice-minute is 0.0024), money to
 # the cent, a price per GPU-hour to the hundredth of a cent (a time-sliced T4 replica costs $0.0875),
 # ratios to the hundredth of a percent, GPU counts to the thousandth (a MIG instance is 1/7).
-_DECIMALS_BY_SUFFIX = (("_gpu_hours", 3), ("usd_per_gpu_hour", 4), ("_usd", 2), ("_ratio", 4), ("_ge", 3))
+_DECIMALS_BY_SUFFIX = (
+    ("_gpu_hours", 3),
+    ("_kwh", 3),
+    ("usd_per_gpu_hour", 4),
+    ("_usd", 2),
+    ("_ratio", 4),
+    ("_ge", 3),
+)
 _DECIMALS_BY_NAME = {
     "efficiency": 4,
     "allocation_rate": 4,
@@ -164,6 +171,8 @@ _ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _WORKLOAD_TEXT = ("namespace", "pod", "team", "node", "pool")
 # Idle-allocated GPU-hours with the framebuffer in use (a model loaded, a notebook parked) and near empty.
 IDLE_SPLIT = ("held_idle_gpu_hours", "abandoned_idle_gpu_hours")
+# The GPUs' own energy (before PUE) and its cost (× PUE × the tariff in force): null where unknown.
+ENERGY = ("energy_kwh", "energy_cost_usd")
 _WORKLOAD_NUMBERS = (
     "gpus",
     "allocated_gpu_hours",
@@ -172,10 +181,11 @@ _WORKLOAD_NUMBERS = (
     *IDLE_SPLIT,
     "unknown_gpu_hours",
     "waste_usd",
+    *ENERGY,
 )
 _COLUMNS = {
-    "team": ["team", *_USAGE, *IDLE_SPLIT, "budget_usd", "forecast_month_usd"],
-    "namespace": ["namespace", "team", *_USAGE],
+    "team": ["team", *_USAGE, *IDLE_SPLIT, *ENERGY, "budget_usd", "forecast_month_usd"],
+    "namespace": ["namespace", "team", *_USAGE, *ENERGY],
     "workload": [*_WORKLOAD_TEXT, *_WORKLOAD_NUMBERS, "idle_since"],
     "pool": [
         "pool",
@@ -460,6 +470,10 @@ def report_from_tables(
             "waste_usd": float(ledger_row["waste_usd"]),
             "unallocated_cost_usd": float(ledger_row["unallocated_cost_usd"]),
             "stranded_cost_usd": float(ledger_row["stranded_cost_usd"]),
+            **{
+                k: _num(fleet_usage.get(k)) if fleet_usage is not None else None
+                for k in (*ENERGY, "unallocated_energy_kwh")
+            },
         },
         "teams": [
             {
@@ -540,7 +554,7 @@ def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     present = [k for k in _WORKLOAD_NUMBERS if k in ordered]
     numbers = ordered[present].astype("float64").fillna({"used_gpu_hours": 0.0})
     columns.update({k: numbers[k].tolist() for k in present})
-    for k in IDLE_SPLIT:  # unknown (NaN, or not read) is null
+    for k in (*IDLE_SPLIT, *ENERGY):  # unknown (NaN, or not read) is null
         if "idle_gpu_hours" in columns:
             columns[k] = (
                 [v if v == v else None for v in columns[k]] if k in columns else [None] * len(ordered)
@@ -572,6 +586,7 @@ def _usage_rows(
             "cost_usd": float(r["cost_usd"]),
             "waste_usd": float(r["waste_usd"]),
             "pods": int(r["pods"]),
+            **{k: _num(r.get(k)) for k in ENERGY},
             **({k: _num(r.get(k)) for k in IDLE_SPLIT} if idle_split else {}),
         }
         for r in ordered.to_dict("records")

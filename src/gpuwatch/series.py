@@ -59,6 +59,9 @@ HELP = {
     "gpuwatch_team_idle_cost_usd_per_hour": "Idle-allocated GPU-equivalents of the team times their price.",
     "gpuwatch_team_monthly_budget_usd": "The team's budget per calendar month (config).",
     "gpuwatch_team_idle_budget_usd_per_hour": "The team's idle-spend budget (config).",
+    "gpuwatch_pod_gpu_power_watts": "Power the pod's GPUs draw, its GE share of each GPU's.",
+    "gpuwatch_pool_gpu_power_watts": "Power the pool's GPUs draw, held or not.",
+    "gpuwatch_team_energy_cost_usd_per_hour": "Energy cost rate of the team's GPUs (x PUE x tariff).",
     "gpuwatch_pending_pod_gpus": "GPU-equivalents a pending GPU pod requests.",
     "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
     "gpuwatch_build_info": "gpuwatch build information.",
@@ -330,6 +333,8 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             pending.rename(columns={"waiting_seconds": "value"}),
         )
     )
+    if analysis.energy is not None:
+        families += _energy_families(analysis, last_only=last_only)
     budgets = analysis.settings.budgets
     for name, table in (
         ("gpuwatch_team_monthly_budget_usd", budgets.monthly_usd),
@@ -352,6 +357,46 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         )
         families.append(Family("gpuwatch_source_up", HELP["gpuwatch_source_up"], ("source",), sources))
     return [_tidy(f) for f in families]
+
+
+def _energy_families(analysis: "Analysis", *, last_only: bool) -> list[Family]:
+    """The GPUs' power (W, the sample's energy over its length) per pod and per pool (every GPU, held or
+    not), and each team's energy cost rate; absent where unknown."""
+    energy = analysis.energy
+    assert energy is not None
+    if last_only:
+        energy = energy[energy["timestamp"] == energy["timestamp"].max()] if len(energy) else energy
+    step = analysis.window.step_seconds
+    energy = energy.assign(
+        watts=energy["energy_joules"] / step, usd_per_hour=energy["energy_cost_usd"] * (3600.0 / step)
+    )
+    held = energy[energy["pod"].ne("")]
+    pod_keys = ["namespace", "pod", "team", "node", "pool"]
+
+    def summed(frame: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
+        grouped = frame.groupby(["timestamp", *keys], as_index=False, observed=True, sort=False)
+        return grouped.agg(value=(column, lambda v: v.sum(min_count=1)))
+
+    return [
+        Family(
+            "gpuwatch_pod_gpu_power_watts",
+            HELP["gpuwatch_pod_gpu_power_watts"],
+            tuple(pod_keys),
+            summed(held, pod_keys, "watts"),
+        ),
+        Family(
+            "gpuwatch_pool_gpu_power_watts",
+            HELP["gpuwatch_pool_gpu_power_watts"],
+            ("pool",),
+            summed(energy, ["pool"], "watts"),
+        ),
+        Family(
+            "gpuwatch_team_energy_cost_usd_per_hour",
+            HELP["gpuwatch_team_energy_cost_usd_per_hour"],
+            ("team",),
+            summed(held, ["team"], "usd_per_hour"),
+        ),
+    ]
 
 
 def price_per_pool(analysis: "Analysis") -> dict[str, float]:

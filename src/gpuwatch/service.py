@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwatch.analytics.cost import ledger_cost, price_warnings, usage_cost
+from gpuwatch.analytics.energy import energy_by, window_energy
 from gpuwatch.analytics.fragmentation import (
     diagnose_pending,
     fragmentation,
@@ -33,7 +34,7 @@ from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, nor
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.series import Family, published_series
 from gpuwatch.sources.clustercache import ClusterCache
-from gpuwatch.sources.dcgm import DEV_FB_USED, ExporterPods
+from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
 from gpuwatch.sources.simulated.demo import (
@@ -67,7 +68,7 @@ def demo_settings(settings: Settings | None = None, *, end: datetime | None = No
     )
     pricing = base.pricing
     if not pricing.products and not pricing.amortization:
-        pricing = demo_price_book(pricing.default_usd_per_gpu_hour, end)
+        pricing = demo_price_book(pricing.default_usd_per_gpu_hour, end, pricing.energy)
     budgets = base.budgets
     if not budgets.monthly_usd and not budgets.idle_usd_per_hour:
         budgets = DEMO_BUDGETS
@@ -121,8 +122,12 @@ class LiveSources:
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
         exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
-        # The framebuffer tells held idle GPUs (a model in memory) from abandoned ones (SPEC §3).
-        return self.prometheus.gpu_samples(window, exporters=exporters, fields=(DEV_FB_USED,))
+        # The framebuffer tells held idle GPUs (a model in memory) from abandoned ones; the energy counter
+        # (power where a GPU has none) measures their energy (SPEC §3).
+        fields = (DEV_FB_USED, DEV_TOTAL_ENERGY_CONSUMPTION, DEV_POWER_USAGE)
+        samples = self.prometheus.gpu_samples(window, exporters=exporters, fields=fields)
+        # A field no GPU reports is unknown for every GPU (NaN), not a field never asked for.
+        return samples.assign(**{f.column: np.nan for f in fields if f.column not in samples})
 
     def allocation_history(self, window: Window) -> pd.DataFrame | None:
         return allocation_history(self.prometheus, window)
@@ -497,6 +502,9 @@ class Analysis:
     coverage: Coverage
     units_reporting: pd.DataFrame  # timestamp, node, units: GPU units with DCGM telemetry per sample
     pod_resources: pd.DataFrame  # namespace, pod, resource: the GPU resource each running pod requests
+    # Per pod (or unheld part), GPU and sample: energy_joules and energy_cost_usd (window_energy());
+    # None when the source reads no energy or power at all.
+    energy: pd.DataFrame | None = None
 
 
 def analyze(
@@ -561,6 +569,14 @@ def analyze(
         warnings.append(
             f"{fb_unknown:.2f} idle GPU-hours have no framebuffer telemetry: neither held nor abandoned"
         )
+    energy = None
+    if "energy_joules" in gpu_samples or "power_watts" in gpu_samples:
+        gpus = gpu_samples[["uuid", "node"]].drop_duplicates("uuid").astype("str")
+        gpus["pool"] = gpus["node"].map(nodes.set_index("node")["pool"]).fillna("")
+        energy, sources = window_energy(
+            gpu_samples, marked, step_seconds=window.step_seconds, tariff=settings.pricing.energy, gpus=gpus
+        )
+        warnings += energy_warnings(sources)
     physical = gpu_samples.drop_duplicates(["timestamp", "uuid"])
     util_source = {
         source: int(physical.loc[physical["util_source"] == source, "uuid"].nunique())
@@ -598,7 +614,19 @@ def analyze(
             ],
             columns=["namespace", "pod", "resource"],
         ),
+        energy=energy,
     )
+
+
+def energy_warnings(sources: Mapping[str, int]) -> list[str]:
+    """Coverage lines for energy: GPUs measured by power × time (no energy counter), GPUs of unknown
+    energy (neither reading)."""
+    out = []
+    if sources.get("power"):
+        out.append(f"energy of {sources['power']} GPUs from power × time (they report no energy counter)")
+    if sources.get("unknown"):
+        out.append(f"energy unknown for {sources['unknown']} GPUs (neither an energy counter nor power)")
+    return out
 
 
 # SPEC §3 coverage: under this share of the expected GPU-samples, every surface says how much is missing.
@@ -672,6 +700,10 @@ def _gpu_requests(marked: pd.DataFrame, pending: pd.DataFrame) -> pd.DataFrame:
     return GPU_REQUESTS.check(frame)
 
 
+ENERGY_COLUMNS = ("energy_kwh", "energy_cost_usd")
+WORKLOAD = ["namespace", "pod", "team"]
+
+
 def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     """Allocated/used/idle GE-hours, efficiency and dollars per team, namespace, workload and pool."""
     step, book, marked = analysis.window.step_seconds, analysis.settings.pricing, analysis.marked
@@ -690,6 +722,16 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     )
     tables["workload"] = tables["workload"].merge(where, on=["namespace", "pod"], how="left")
     tables["workload"] = tables["workload"].merge(analysis.idle_since, on=["namespace", "pod"], how="left")
+    if analysis.energy is not None:
+        for name, keys in (("team", ["team"]), ("namespace", ["namespace", "team"]), ("workload", WORKLOAD)):
+            held = energy_by(analysis.energy[analysis.energy["pod"].ne("")], keys)
+            tables[name] = tables[name].merge(held[[*keys, *ENERGY_COLUMNS]], on=keys, how="left")
+        fleet = energy_by(analysis.energy, ())
+        unheld = analysis.energy[analysis.energy["pod"].eq("")]
+        unheld_kwh = energy_by(unheld, ())["energy_kwh"].iloc[0] if len(unheld) else 0.0  # all held
+        tables["fleet"] = tables["fleet"].assign(
+            **{c: fleet[c].iloc[0] for c in ENERGY_COLUMNS}, unallocated_energy_kwh=unheld_kwh
+        )
     ledger_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step, by=("pool",))
     pool_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=("pool",))
     pool_usage = usage_cost(marked, step_seconds=step, price_book=book, by="pool")[0]

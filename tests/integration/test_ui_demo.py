@@ -132,6 +132,10 @@ def test_waste_and_teams_show_the_report_numbers(
     assert p.inner_text("#kpi-stranded") == usd(report["fleet"]["stranded_cost_usd"])
     assert p.inner_text("#kpi-unallocated") == usd(report["fleet"]["unallocated_cost_usd"])
     _check_usage_rows(table_rows(p, "waste-teams"), report["teams"], "team")
+    # The GPUs' energy and its cost (the demo's tariff, with PUE): the fleet's and each team's.
+    assert p.inner_text("#kpi-energy") == f"{report['fleet']['energy_kwh']:,.1f} kWh"
+    for row, want in zip(table_rows(p, "waste-teams"), report["teams"], strict=True):
+        assert row["energy"] == f"{want['energy_kwh']:,.1f} kWh\n{usd(want['energy_cost_usd'])}"
     # Idle hours split by the framebuffer: a parked notebook's model (held), a hung job's (abandoned).
     for row, want in zip(table_rows(p, "waste-teams"), report["teams"], strict=True):
         assert row["held_idle_gpu_hours"] == hours(want["held_idle_gpu_hours"])

@@ -127,6 +127,13 @@ def test_config_path_from_env(tmp_path: Path) -> None:
         ("budgets: {monthly_usd: {research: lots}}", "config: budgets.monthly_usd.research must be a number"),
         ("budgets: {monthly_usd: [research]}", "config: budgets.monthly_usd must be a mapping"),
         ("budgets: {yearly_usd: {research: 1}}", "config: unknown key budgets.yearly_usd"),
+        ("pricing: {energy: {usd_per_kwh: 0.1, pue: 0.9}}", "config: pricing.energy.pue is facility power"),
+        ("pricing: {energy: {usd_per_kwh: -0.1}}", "config: pricing.energy.usd_per_kwh must not be negative"),
+        ("pricing: {energy: {pue: 1.2}}", "config: pricing.energy lacks usd_per_kwh"),
+        (
+            "pricing: {energy: {usd_per_kwh: [{from: 2026-01-01T00:00:00Z, usd_per_gpu_hour: 1}]}}",
+            "config: unknown key pricing.energy.usd_per_kwh[0].usd_per_gpu_hour",
+        ),
         ("prometheus: [1, 2]", "config: prometheus must be a mapping"),
         ("- just\n- a list", "top level must be a mapping"),
         ("prometheus: {url: [unclosed", "is not valid YAML at line 1"),
@@ -171,3 +178,27 @@ budgets: {monthly_usd: {research: 20000}, idle_usd_per_hour: {research: 5.5, vis
     assert budgets.monthly_usd == {"research": 20000.0}
     assert budgets.idle_usd_per_hour == {"research": 5.5, "vision": 0.0}
     assert load_settings(env={}).budgets.monthly_usd == {}
+
+
+def test_energy_tariff_from_the_issue_example_and_dated(tmp_path: Path) -> None:
+    flat = "pricing: {energy: {usd_per_kwh: 0.12, pue: 1.3}}"
+    tariff = load_settings(config_path=_write(tmp_path, flat), env={}).pricing.energy
+    assert tariff is not None and tariff.pue == 1.3
+    starts, prices = tariff.schedule()
+    assert starts.tolist() == [float("-inf")] and prices.tolist() == [0.12]
+    dated = """
+pricing:
+  energy:
+    usd_per_kwh:
+      - {from: 2026-11-15T00:00:00Z, usd_per_kwh: 0.15}
+      - {from: 2026-01-01T00:00:00Z, usd_per_kwh: 0.12}
+"""
+    tariff = load_settings(config_path=_write(tmp_path, dated), env={}).pricing.energy
+    assert tariff is not None and tariff.pue == 1.0  # no PUE given: the GPUs' own energy
+    starts, prices = tariff.schedule()
+    assert starts.tolist() == [
+        datetime(2026, 1, 1, tzinfo=UTC).timestamp(),
+        datetime(2026, 11, 15, tzinfo=UTC).timestamp(),
+    ]
+    assert prices.tolist() == [0.12, 0.15]
+    assert load_settings(env={}).pricing.energy is None

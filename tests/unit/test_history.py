@@ -187,6 +187,9 @@ def test_teams_from_team_series_and_pods_from_pod_series(report: dict[str, Any])
             # 6 of nb-0's 8 idle GPUs for 12 h held a model, 2 were near empty.
             "held_idle_gpu_hours": 72.0,
             "abandoned_idle_gpu_hours": 24.0,
+            # The history path keeps no energy yet: unknown, never 0.
+            "energy_kwh": None,
+            "energy_cost_usd": None,
         }
     )
     # Half of ds's idle hours have no framebuffer reading: neither held nor abandoned is known.

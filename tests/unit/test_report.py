@@ -15,7 +15,7 @@ import pytest
 from gpuwatch.config import Settings
 from gpuwatch.model import LEDGER_STATES, PriceBook, Window
 from gpuwatch.report import build_report, json_schema, render
-from gpuwatch.service import FleetService
+from gpuwatch.service import FleetService, SimulatedSources
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.sources.simulated.demo import (
     DEMO_PRICE_CHANGE,
@@ -81,7 +81,7 @@ def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any]
     assert {p["blocked_by"] for p in report["pending"]} <= {"fragmentation", "capacity"}
 
 
-DECIMALS = {"_gpu_hours": 3, "usd_per_gpu_hour": 4, "_usd": 2}
+DECIMALS = {"_gpu_hours": 3, "_kwh": 3, "usd_per_gpu_hour": 4, "_usd": 2}
 
 
 def _decimals(column: str) -> int | None:
@@ -190,3 +190,37 @@ def test_teams_carry_their_budget_and_the_months_forecast(report: dict[str, Any]
     assert f"${teams['platform']['forecast_month_usd']:,.2f}" in table
     page = render(report, "html", group_by="team").decode()
     assert f"${teams['platform']['forecast_month_usd']:,.2f}" in page
+
+
+def test_energy_is_each_gpus_draw_once_across_a_counter_reset_and_split_by_holders() -> None:
+    fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
+    report = build_report(FleetService.demo(Settings(), fleet).analysis(fleet.window))
+    telemetry = fleet.telemetry()
+    # The first H100 node's driver reloads half way: its counters restart from 0 ...
+    reset = telemetry[telemetry["node"] == "gpu-h100-000"].sort_values("timestamp")
+    assert (reset.groupby("uuid")["energy_joules"].diff() < 0).any()
+    # ... yet every GPU's energy is its draw, counted once per physical GPU (MIG instances repeat it):
+    # the counter's increase each minute, and power × 60 s at the first sample (no increase yet).
+    power = telemetry.drop_duplicates(["timestamp", "uuid"]).groupby("uuid")["power_watts"]
+    drawn_kwh = float((power.sum() * 60).sum()) / 3.6e6
+    fleet_energy = report["fleet"]
+    assert fleet_energy["energy_kwh"] == pytest.approx(drawn_kwh, rel=1e-5)  # the counter counts whole joules
+    # Held energy by team and the energy nobody held add up to the GPUs' own energy.
+    held = sum(t["energy_kwh"] for t in report["teams"])
+    assert held + fleet_energy["unallocated_energy_kwh"] == pytest.approx(fleet_energy["energy_kwh"])
+    assert sum(n["energy_kwh"] for n in report["namespaces"]) == pytest.approx(held)
+    assert sum(w["energy_kwh"] for w in report["workloads"]) == pytest.approx(held)
+    # The demo's tariff: 12 cents per kWh, PUE 1.3.
+    assert fleet_energy["energy_cost_usd"] == pytest.approx(fleet_energy["energy_kwh"] * 1.3 * 0.12)
+    for team in report["teams"]:
+        assert team["energy_cost_usd"] == pytest.approx(team["energy_kwh"] * 1.3 * 0.12)
+
+
+def test_energy_without_a_tariff_is_measured_but_not_priced() -> None:
+    fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.1)
+    settings = Settings(pricing=PriceBook(products=DEMO_PRICES_USD_PER_GPU_HOUR))  # no pricing.energy
+    service = FleetService(settings=settings, sources=SimulatedSources(fleet))
+    report = build_report(service.analysis(fleet.window))
+    assert report["fleet"]["energy_kwh"] > 0
+    assert report["fleet"]["energy_cost_usd"] is None  # unknown, never 0
+    assert all(t["energy_cost_usd"] is None and t["energy_kwh"] > 0 for t in report["teams"])

@@ -9,6 +9,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from gpuwatch.analytics.ledger import group_codes
 from gpuwatch.errors import DataError
+from gpuwatch.model import EnergyTariff
 from gpuwatch.schema import ATTRIBUTED, Contract, categorical_strings
 
 JOULES_PER_KWH: Final = 3.6e6
@@ -452,3 +453,36 @@ def _to_time(ticks: Int64s, like: "pd.Series[Any]") -> "pd.Series[Any]":
     # Ticks are UTC already: reading them as UTC wall times is a relabel, not a conversion.
     times = pd.DatetimeIndex(ticks.view("datetime64[ns]"), dtype=pd.DatetimeTZDtype("ns", tz="UTC"))
     return pd.Series(times.as_unit(dtype.unit))
+
+
+# ----------------------------------------------------------------------------------------------------
+# A window's energy, from the DCGM samples the raw path reads
+
+
+def window_energy(
+    gpu_samples: pd.DataFrame,
+    holders: pd.DataFrame,
+    *,
+    step_seconds: float,
+    tariff: EnergyTariff | None,
+    gpus: pd.DataFrame | None = None,
+) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The window's energy per pod, GPU and sample (attribute_energy's rows) with energy_cost_usd (NaN
+    without a tariff: measured, not priced), and energy_sources() for coverage.
+
+    gpu_samples: DCGM samples with energy_joules and/or power_watts (a missing column is unknown);
+    holders: ATTRIBUTED (mark_idle's frame); gpus: uuid, node, pool of the fleet's GPUs.
+    """
+    frame = gpu_samples[["timestamp", "uuid"]].assign(
+        **{c: gpu_samples.get(c, np.nan) for c in ("energy_joules", "power_watts")}
+    )
+    energy = counter_increase_joules(frame, step_seconds=step_seconds)
+    attributed = attribute_energy(energy, holders, gpus=gpus)
+    if tariff is None:
+        attributed = attributed.assign(energy_cost_usd=np.nan)
+    else:
+        starts, prices = tariff.schedule()
+        attributed = energy_cost_usd(
+            attributed, tariff_starts_seconds=starts, tariff_usd_per_kwh=prices, pue=tariff.pue
+        )
+    return attributed, energy_sources(energy)

@@ -203,6 +203,11 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_pool_schedulable_free_gpus": ("pool",),
     "gpuwatch_pool_largest_free_block_gpus": ("pool",),
     "gpuwatch_pool_price_usd_per_gpu_hour": ("pool",),
+    "gpuwatch_pod_gpu_power_watts": _POD_LABELS,
+    "gpuwatch_pool_gpu_power_watts": ("pool",),
+    "gpuwatch_team_energy_cost_usd_per_hour": ("team",),
+    "gpuwatch_team_monthly_budget_usd": ("team",),
+    "gpuwatch_team_idle_budget_usd_per_hour": ("team",),
     "gpuwatch_pending_pod_gpus": (*PENDING_LABELS, "blocked_by"),
     "gpuwatch_pending_pod_waiting_seconds": PENDING_LABELS,
     "gpuwatch_build_info": (),  # version left out: a cycle is a cycle whichever version ran it

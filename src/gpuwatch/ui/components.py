@@ -54,6 +54,10 @@ def num(value: Any) -> str:
     return "n/a" if missing(value) else f"{float(value):,.2f}"
 
 
+def kwh(value: Any) -> str:
+    return "n/a" if missing(value) else f"{float(value):,.1f} kWh"
+
+
 def whole(value: Any) -> str:
     return "n/a" if missing(value) else f"{float(value):,.0f}"
 

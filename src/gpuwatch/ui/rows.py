@@ -7,7 +7,7 @@ import pandas as pd
 
 from gpuwatch.model import LEDGER_STATES
 from gpuwatch.service import HOT_CELSIUS
-from gpuwatch.ui.components import Column, current_store, records
+from gpuwatch.ui.components import Column, current_store, kwh, num, records, two_lines, usd
 from gpuwatch.ui.data import View, since_text
 
 CHANGE_KEYS = ("allocated_gpu_hours_change_ratio", "efficiency_change_ratio")
@@ -33,9 +33,11 @@ IDLE_SPLIT_COLUMNS = [
 ]
 TEAM_COLUMNS = [
     Column("team", "team", href=team_link),
-    *USAGE_COLUMNS[:3],
+    *USAGE_COLUMNS[:3],  # allocated, used, idle GPU-h
     *IDLE_SPLIT_COLUMNS,
-    *USAGE_COLUMNS[3:],
+    *USAGE_COLUMNS[3:-1],
+    Column("energy", "GPU energy · cost", "num"),
+    USAGE_COLUMNS[-1],  # pods
 ]
 NAMESPACE_COLUMNS = [Column("namespace", "namespace"), Column("team", "team", href=team_link), *USAGE_COLUMNS]
 WORKLOAD_COLUMNS = [
@@ -62,6 +64,16 @@ IDLE_COLUMNS = [
     Column("idle_memory", "idle GPU-h · memory", "num"),
     Column("waste_usd", "waste $ so far", "usd"),
 ]
+
+
+def shown_idle(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Idle rows as an IDLE_COLUMNS table draws them: idle GPU-hours over what their memory held."""
+    return [{**r, "idle_memory": two_lines(num(r["idle_gpu_hours"]), idle_memory_text(r))} for r in rows]
+
+
+def shown_teams(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Team rows as TEAM_COLUMNS draws them: the GPUs' energy over its cost."""
+    return [{**r, "energy": two_lines(kwh(r.get("energy_kwh")), usd(r.get("energy_cost_usd")))} for r in rows]
 
 
 def idle_memory_text(row: dict[str, Any]) -> str:

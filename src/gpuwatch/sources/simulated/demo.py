@@ -18,6 +18,7 @@ from gpuwatch.model import (
     Allocation,
     Budgets,
     DatedPrice,
+    EnergyTariff,
     Gpu,
     Namespace,
     Node,
@@ -70,9 +71,15 @@ DEMO_BUDGETS = Budgets(
 )
 
 
-def demo_price_book(default_usd_per_gpu_hour: float, end: datetime | None) -> PriceBook:
-    """The demo's prices; given the fleet's end, the A100's price changes DEMO_PRICE_CHANGE_BEFORE_END
-    before it."""
+# The power the demo's GPUs draw: 12 cents per kWh, a PUE of 1.3.
+DEMO_ENERGY = EnergyTariff(usd_per_kwh=((None, 0.12),), pue=1.3)
+
+
+def demo_price_book(
+    default_usd_per_gpu_hour: float, end: datetime | None, energy: EnergyTariff | None = None
+) -> PriceBook:
+    """The demo's prices (and its energy tariff, unless `energy`); given the fleet's end, the A100's
+    price changes DEMO_PRICE_CHANGE_BEFORE_END before it."""
     products: dict[str, Price] = dict(DEMO_PRICES_USD_PER_GPU_HOUR)
     if end is not None:
         product, new_price = DEMO_PRICE_CHANGE
@@ -81,7 +88,9 @@ def demo_price_book(default_usd_per_gpu_hour: float, end: datetime | None) -> Pr
             DatedPrice(start=datetime(2000, 1, 1, tzinfo=UTC), usd_per_gpu_hour=old_price),
             DatedPrice(start=end - DEMO_PRICE_CHANGE_BEFORE_END, usd_per_gpu_hour=new_price),
         )
-    return PriceBook(default_usd_per_gpu_hour=default_usd_per_gpu_hour, products=products)
+    return PriceBook(
+        default_usd_per_gpu_hour=default_usd_per_gpu_hour, products=products, energy=energy or DEMO_ENERGY
+    )
 
 
 DEMO_POOLS: tuple[PoolSpec, ...] = (

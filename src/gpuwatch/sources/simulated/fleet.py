@@ -287,6 +287,38 @@ def _archetype_curve(
     return np.clip(curve, 0.0, 1.0)
 
 
+def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """[gpu, sample] power (W: idle draw plus load, noise from `rng`) and the energy counter (J since
+    the driver loaded, including the sample's own energy), over the whole fleet window. Whole-GPU
+    fields: every MIG instance of a GPU reports the GPU's. The first H100 node's driver reloads half
+    way through: its counters restart from 0."""
+    util = fleet.util_ratio
+    n_g, n_t = util.shape
+    tdp = np.array([fleet.tdp_watts.get(g.product, 300.0) for g in fleet.gpus])
+    power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + rng.normal(0, 1.0, (n_g, n_t)), 3)
+    power = np.maximum(power, 1.0)
+    first_of_uuid: dict[str, int] = {}
+    for i, g in enumerate(fleet.gpus):
+        j = first_of_uuid.setdefault(g.uuid, i)
+        if j != i:
+            power[i] = power[j]
+    if any(g.mig_profile for g in fleet.gpus):
+        for uuid, j in first_of_uuid.items():
+            rows = [i for i, g in enumerate(fleet.gpus) if g.uuid == uuid]
+            if len(rows) > 1:
+                util_sum = np.nansum(util[rows], axis=0)
+                p = np.round(tdp[j] * (0.12 + 0.8 * np.clip(util_sum, 0, 1)), 3)
+                for r in rows:
+                    power[r] = p
+    energy = np.round(np.cumsum(power * fleet.window.step_seconds, axis=1)) + 1.0e6
+    reset_node = next((n.name for n in fleet.nodes if n.name.startswith("gpu-h100-")), None)
+    if reset_node:
+        cut = n_t // 2
+        on_node = np.array([g.node == reset_node for g in fleet.gpus])
+        energy[on_node, cut:] -= energy[on_node, cut - 1][:, None]  # driver reload: the counter restarts
+    return power, energy
+
+
 def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFrame:
     """The telemetry rows of fleet samples [first, end). Noise is drawn, and energy integrated, over the
     whole fleet window so that a slice has the values of the whole."""
@@ -296,14 +328,12 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     cols = slice(first, end)
     util = fleet.util_ratio
     mem = np.array([g.memory_bytes for g in fleet.gpus])
-    tdp = np.array([fleet.tdp_watts.get(g.product, 300.0) for g in fleet.gpus])
     rng = np.random.default_rng(fleet.seed + 1)
     held = _held_mask(fleet)[:, cols]
     known_util = np.nan_to_num(util[:, cols])
     loaded = _held_mask(fleet, loaded=True)[:, cols]
     fb_used = framebuffer_used_bytes(mem[:, None], util[:, cols], held, loaded)
-    power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + rng.normal(0, 1.0, (n_g, n_t)), 3)
-    power = np.maximum(power, 1.0)
+    power, energy = power_and_energy(fleet, rng)
     temp_noise = rng.normal(0, 0.7, (n_g, n_t))[:, cols]
     temp = np.round(32 + 45 * known_util + temp_noise)
     xid = np.zeros(temp.shape)
@@ -323,21 +353,7 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     for i, g in enumerate(fleet.gpus):
         j = first_of_uuid.setdefault(g.uuid, i)
         if j != i:
-            power[i], temp[i] = power[j], temp[j]
-    if any(g.mig_profile for g in fleet.gpus):
-        for uuid, j in first_of_uuid.items():
-            rows = [i for i, g in enumerate(fleet.gpus) if g.uuid == uuid]
-            if len(rows) > 1:
-                util_sum = np.nansum(util[rows], axis=0)
-                p = np.round(tdp[j] * (0.12 + 0.8 * np.clip(util_sum, 0, 1)), 3)
-                for r in rows:
-                    power[r] = p
-    energy = np.round(np.cumsum(power * fleet.window.step_seconds, axis=1)) + 1.0e6
-    reset_node = next((n.name for n in fleet.nodes if n.name.startswith("gpu-h100-")), None)
-    if reset_node:
-        cut = n_t // 2
-        on_node = np.array([g.node == reset_node for g in fleet.gpus])
-        energy[on_node, cut:] -= energy[on_node, cut - 1][:, None]  # driver reload: the counter restarts
+            temp[i] = temp[j]
     power, energy = power[:, cols], energy[:, cols]
     n_cols = end - first
     frame = pd.DataFrame(

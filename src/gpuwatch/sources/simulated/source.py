@@ -12,8 +12,13 @@ from gpuwatch.sources.simulated.fleet import (
     EXPORTER_NAMESPACE,
     SimulatedFleet,
     framebuffer_used_bytes,
+    power_and_energy,
     sample_spans,
 )
+
+# The simulated energy model holds the whole fleet window's power and counter: up to this many
+# GPU-samples (the demo's 80 GPUs × 61 days at 1 min is 7M).
+ENERGY_MODEL_MAX_GPU_SAMPLES = 20_000_000
 
 UTIL_PROF = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL_DEV = "DCGM_FI_DEV_GPU_UTIL"
@@ -117,6 +122,18 @@ class SimulatedSource:
     def __init__(self, fleet: SimulatedFleet) -> None:
         self.fleet = fleet
         self._codes: _Codes | None = None
+        self._power_energy: tuple[np.ndarray, np.ndarray] | None = None
+
+    def power_energy(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The fleet's [unit, sample] power (W) and energy counter (J), as its exporters report them;
+        None past ENERGY_MODEL_MAX_GPU_SAMPLES (two float arrays of the whole fleet window: a month of
+        10,000 GPUs, simulated for its gpuwatch_* history alone, leaves energy out)."""
+        if self.fleet.util_ratio.size > ENERGY_MODEL_MAX_GPU_SAMPLES:
+            return None
+        if self._power_energy is None:
+            # The exposition's draw (telemetry()): the same rng, power first.
+            self._power_energy = power_and_energy(self.fleet, np.random.default_rng(self.fleet.seed + 1))
+        return self._power_energy
 
     def _fleet_codes(self) -> _Codes:
         if self._codes is None:
@@ -188,9 +205,18 @@ class SimulatedSource:
                 ),
             }
         )
+        modelled = self.power_energy()
+        if modelled is not None:  # whole-GPU fields: the counter read last in a coarse sample
+            rows["power_watts"], rows["energy_joules"] = modelled[0][unit, sample], modelled[1][unit, sample]
         if not fine_step:
+            fields = {
+                "util_ratio": "mean",
+                "fb_used_bytes": "mean",
+                "power_watts": "mean",
+                "energy_joules": "last",
+            }
             rows = rows.groupby(["timestamp", "unit", "holder"], as_index=False, sort=False).agg(
-                util_ratio=("util_ratio", "mean"), fb_used_bytes=("fb_used_bytes", "mean")
+                {k: f for k, f in fields.items() if k in rows}
             )
         unit, holder = rows["unit"].to_numpy(), rows["holder"].to_numpy()
         units, holders = self._fleet_codes().units, self._fleet_codes().holders
@@ -202,6 +228,7 @@ class SimulatedSource:
                 "gpu_instance_id": categorical_strings(units["gpu_instance_id"], unit),
                 "util_ratio": rows["util_ratio"],
                 "fb_used_bytes": rows["fb_used_bytes"],
+                **{k: rows[k] for k in ("power_watts", "energy_joules") if k in rows},
                 "namespace": categorical_strings([*holders["namespace"], ""], holder),
                 "pod": categorical_strings([*holders["pod"], ""], holder),
                 "mig_profile": categorical_strings(units["mig_profile"], unit),

@@ -14,6 +14,7 @@ from gpuwatch.ui.components import (
     current_store,
     graph,
     kpi,
+    kwh,
     loaded_banner,
     num,
     page,
@@ -28,9 +29,11 @@ from gpuwatch.ui.rows import (
     IDLE_COLUMNS,
     NAMESPACE_COLUMNS,
     WORKLOAD_COLUMNS,
+    budget_text,
     idle_rows,
     quota_frame,
     quota_text,
+    shown_idle,
     team_rows,
 )
 from gpuwatch.views.base import Scope
@@ -115,6 +118,19 @@ def render(team: str, search: str | None) -> tuple[Any, ...]:
         kpi("efficiency", pct(row["efficiency"]), "team-efficiency"),
         kpi("cost", usd(row["cost_usd"]), "team-cost"),
         kpi("idle-allocated waste", usd(row["waste_usd"]), "team-waste", tone="gw-warn"),
+        kpi(
+            "GPU energy",
+            kwh(row["energy_kwh"]),
+            "team-energy",
+            hint=f"{usd(row['energy_cost_usd'])} with PUE",
+        ),
+        kpi(
+            "month forecast",
+            usd(row["forecast_month_usd"]),
+            "team-forecast",
+            hint=budget_text(row),
+            tone="gw-bad" if (row.get("budget_use") or 0.0) > 1.0 else "",
+        ),
     ]
     mine = [r for r in idle_rows(team_view(view, team)) if r["team"] == team]
     tables = [
@@ -122,7 +138,7 @@ def render(team: str, search: str | None) -> tuple[Any, ...]:
             "team-idle",
             "Idle workloads",
             IDLE_COLUMNS,
-            mine,
+            shown_idle(mine),
             arg=team,
             query=to_query(filters),
             empty_text="none idle",

@@ -13,13 +13,13 @@ from gpuwatch.ui.components import (
     capacity_kpi,
     graph,
     kpi,
+    kwh,
     load,
     loaded_banner,
     num,
     page,
     pct,
     table,
-    two_lines,
     usd,
 )
 from gpuwatch.ui.data import Loaded, View
@@ -30,8 +30,9 @@ from gpuwatch.ui.rows import (
     NAMESPACE_COLUMNS,
     TEAM_COLUMNS,
     WORKLOAD_COLUMNS,
-    idle_memory_text,
     idle_rows,
+    shown_idle,
+    shown_teams,
 )
 
 dash.register_page(__name__, path="/waste", name="Waste", title="gpuwatch · Waste", order=3)
@@ -75,6 +76,13 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
         capacity_kpi(filters, "stranded $", usd(fleet["stranded_cost_usd"]), "stranded", tone="gw-bad"),
         kpi("allocated cost", usd(fleet["cost_usd"]), "cost"),
         kpi(
+            "GPU energy",
+            kwh(fleet["energy_kwh"]),
+            "energy",
+            hint=f"{usd(fleet['energy_cost_usd'])} with PUE and tariff; "
+            f"{kwh(fleet['unallocated_energy_kwh'])} drawn by GPUs no pod held",
+        ),
+        kpi(
             "efficiency",
             pct(fleet["efficiency"]),
             "efficiency",
@@ -97,10 +105,7 @@ def _tables(view: View, query: str) -> list[html.Section]:
             "waste-idle",
             "Top idle workloads",
             IDLE_COLUMNS,
-            [
-                {**r, "idle_memory": two_lines(num(r["idle_gpu_hours"]), idle_memory_text(r))}
-                for r in idle_rows(view, TOP_ROWS)
-            ],
+            shown_idle(idle_rows(view, TOP_ROWS)),
             limit=TOP_ROWS,
             empty_text="no workload is idle",
             query=query,
@@ -114,7 +119,7 @@ def _tables(view: View, query: str) -> list[html.Section]:
             "waste-teams",
             "Waste by team",
             TEAM_COLUMNS,
-            summary["teams"],
+            shown_teams(summary["teams"]),
             empty_text="no GPU workloads",
             query=query,
         ),
