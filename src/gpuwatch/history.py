@@ -266,8 +266,9 @@ def assemble(
         for product, when in settings.pricing.changes(window.start, window.end)
     ]
     warnings.append(
-        "history path: energy is not read from gpuwatch_* series yet (energy_kwh and energy_cost_usd are "
-        "unknown; --source raw measures them)"
+        "history path: energy is not read from gpuwatch_* series yet, and right-sizing needs each "
+        "workload's compute and memory sample by sample (energy and recommendations are unknown; "
+        "--source raw computes them)"
     )
     warnings.append(
         "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "

@@ -41,7 +41,39 @@ def group_rows(report: Report, group_by: str) -> list[dict[str, Any]]:
     if group_by not in GROUPS:
         raise ConfigError(f"--group-by must be one of {', '.join(GROUPS)}, got {group_by!r}")
     rows: list[dict[str, Any]] = report[GROUPS[group_by]]
-    return rows
+    return [_flat(r) for r in rows] if group_by == "workload" else rows
+
+
+def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A workload row with its recommendation as columns (for tables and showback files)."""
+    out = {k: v for k, v in row.items() if k != "recommendation"}
+    rec = row.get("recommendation") or {}
+    out |= {f"recommendation_{k}": rec.get(k) for k in ("kind", "target", "reason")}
+    out["monthly_savings_usd"] = rec.get("monthly_savings_usd")
+    return out
+
+
+def recommendations(frame: pd.DataFrame) -> list[dict[str, Any] | None]:
+    """Per row of a workload table, its recommendation: kind (gpus, mig, time_slice, product, keep or
+    unknown), target ("" none), monthly_savings_usd (null when unknown) and the reason; None where the
+    table has none (the history path)."""
+    if "recommendation_kind" not in frame:
+        return [None] * len(frame)
+    out: list[dict[str, Any] | None] = []
+    for kind, target, savings, reason in zip(
+        frame["recommendation_kind"],
+        frame["recommendation_target"],
+        frame["monthly_savings_usd"],
+        frame["recommendation_reason"],
+        strict=True,
+    ):
+        if not isinstance(kind, str):
+            out.append(None)
+            continue
+        out.append(
+            {"kind": kind, "target": target or None, "monthly_savings_usd": _num(savings), "reason": reason}
+        )
+    return out
 
 
 def render(report: Report, fmt: str, *, group_by: str = "team", source: str = "") -> bytes:
@@ -186,7 +218,15 @@ _WORKLOAD_NUMBERS = (
 _COLUMNS = {
     "team": ["team", *_USAGE, *IDLE_SPLIT, *ENERGY, "budget_usd", "forecast_month_usd"],
     "namespace": ["namespace", "team", *_USAGE, *ENERGY],
-    "workload": [*_WORKLOAD_TEXT, *_WORKLOAD_NUMBERS, "idle_since"],
+    "workload": [
+        *_WORKLOAD_TEXT,
+        *_WORKLOAD_NUMBERS,
+        "idle_since",
+        "recommendation_kind",
+        "recommendation_target",
+        "monthly_savings_usd",
+        "recommendation_reason",
+    ],
     "pool": [
         "pool",
         "nodes",
@@ -503,6 +543,7 @@ def report_from_tables(
             }
             for r in tables["pool"].to_dict("records")
         ],
+        "rightsizing": _rightsizing(tables),
         "pending": [
             {
                 "namespace": str(r["namespace"]),
@@ -538,6 +579,28 @@ def report_from_tables(
     }
 
 
+def _rightsizing(tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
+    """Right-sizing over the fleet: the monthly dollars every recommendation would save, and per pool the
+    whole GPUs the workloads holding GPUs at the window's end need now and after (first-fit
+    decreasing); null and none on the history path, which keeps no per-sample compute and memory."""
+    packing, workloads = tables.get("packing"), tables["workload"]
+    if packing is None or "monthly_savings_usd" not in workloads:
+        return {"monthly_savings_usd": None, "gpus_freed": None, "pools": []}
+    return {
+        "monthly_savings_usd": float(workloads["monthly_savings_usd"].sum()),
+        "gpus_freed": int(packing["gpus_freed"].sum()),
+        "pools": [
+            {
+                "pool": str(r["pool"]),
+                "gpus_before": int(r["gpus_before"]),
+                "gpus_after": int(r["gpus_after"]),
+                "gpus_freed": int(r["gpus_freed"]),
+            }
+            for r in packing.to_dict("records")
+        ],
+    }
+
+
 def _pool_capacity(row: Mapping[Any, Any]) -> float:
     return float(sum(row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
 
@@ -563,6 +626,8 @@ def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
         since = pd.to_datetime(ordered["idle_since"], utc=True)
         texts = since.dt.strftime(_ISO_FORMAT).tolist()
         columns["idle_since"] = [t if known else None for t, known in zip(texts, since.notna(), strict=True)]
+    if "idle_gpu_hours" in columns and "allocated_gpu_hours" in columns:
+        columns["recommendation"] = recommendations(ordered)
     names = list(columns)
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 

@@ -28,6 +28,7 @@ from gpuwatch.analytics.health import is_hot as is_hot
 from gpuwatch.analytics.health import xid_text as xid_text
 from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
+from gpuwatch.analytics.rightsize import packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, PrometheusError, SourceError
 from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, normalize_product
@@ -701,6 +702,29 @@ def _gpu_requests(marked: pd.DataFrame, pending: pd.DataFrame) -> pd.DataFrame:
 
 
 ENERGY_COLUMNS = ("energy_kwh", "energy_cost_usd")
+RECOMMENDATION_COLUMNS = (
+    "recommendation_kind",
+    "recommendation_target",
+    "target_ge",
+    "monthly_savings_usd",
+    "recommendation_reason",
+)
+
+
+def rightsizing(analysis: Analysis) -> pd.DataFrame:
+    """Each workload's smallest fit (analytics.rightsize.recommend) from its p95 compute and peak memory
+    over the window, priced at the window's end: the pools of the fleet and every product of the price
+    book are candidates."""
+    book, end = analysis.settings.pricing, analysis.window.end
+    pools = set(analysis.nodes["pool"]) | set(book.normalized())
+    usage = workload_usage(analysis.marked, step_seconds=analysis.window.step_seconds)
+    return recommend(
+        usage,
+        usd_per_gpu_hour={pool: book.usd_per_gpu_hour(pool, end) for pool in sorted(pools)},
+        window_hours=analysis.window.duration_seconds / 3600.0,
+    )
+
+
 WORKLOAD = ["namespace", "pod", "team"]
 
 
@@ -732,6 +756,15 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
         tables["fleet"] = tables["fleet"].assign(
             **{c: fleet[c].iloc[0] for c in ENERGY_COLUMNS}, unallocated_energy_kwh=unheld_kwh
         )
+    recommendations = rightsizing(analysis)
+    tables["workload"] = tables["workload"].merge(
+        recommendations[[*WORKLOAD, *RECOMMENDATION_COLUMNS]], on=WORKLOAD, how="left"
+    )
+    held_now = tables["workload"][["namespace", "pod", "team"]].merge(
+        marked.loc[marked["timestamp"] == marked["timestamp"].max(), ["namespace", "pod"]].drop_duplicates(),
+        on=["namespace", "pod"],
+    )
+    tables["packing"] = packing_estimate(recommendations.merge(held_now, on=WORKLOAD))
     ledger_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step, by=("pool",))
     pool_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=("pool",))
     pool_usage = usage_cost(marked, step_seconds=step, price_book=book, by="pool")[0]

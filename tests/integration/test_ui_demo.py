@@ -38,6 +38,7 @@ PAGES = {
     "/waste": "#table-waste-teams",
     "/teams": "#table-teams",
     "/teams/data-science": "#table-team-workloads",
+    "/rightsize": "#table-rightsize",
 }
 
 
@@ -328,4 +329,39 @@ def test_the_heatmap_metric_and_a_team_drill_down(demo: Demo, page: tuple[Page, 
     assert {r["team"] for r in table_rows(p, "team-workloads")} == {"platform"}
     # Active, idle and unknown (no telemetry) held GPUs, and the used line.
     assert p.locator("#team-trend .scatterlayer .trace").count() == 4
+    no_dash_errors(p, errors)
+
+
+def test_the_right_size_page_shows_the_reports_recommendations(
+    demo: Demo, page: tuple[Page, list[str]]
+) -> None:
+    p, errors = page
+    report = demo.report(1)
+    p.goto(demo.url + "/rightsize?window=24h")
+    p.wait_for_selector("#table-rightsize", timeout=180_000)
+    settle(p)
+    assert p.inner_text("#kpi-rightsize-savings") == usd(report["rightsizing"]["monthly_savings_usd"])
+    assert p.inner_text("#kpi-rightsize-freed") == f"{report['rightsizing']['gpus_freed']:,}"
+    changes = ("gpus", "mig", "time_slice", "product")
+    with_change = [w for w in report["workloads"] if w["recommendation"]["kind"] in changes]
+    assert p.inner_text("#kpi-rightsize-changes") == f"{len(with_change):,}"
+    # The biggest savings first, each row as the report has it.
+    want = sorted(with_change, key=lambda w: -w["recommendation"]["monthly_savings_usd"])
+    shown = table_rows(p, "rightsize")
+    assert len(shown) == min(25, len(report["workloads"])) and len(want) > 5
+    for row, w in zip(shown, want, strict=False):
+        rec = w["recommendation"]
+        assert (row["namespace"], row["pod"]) == (w["namespace"], w["pod"])
+        assert (row["recommendation_kind"], row["recommendation_target"]) == (rec["kind"], rec["target"])
+        assert row["monthly_savings_usd"] == usd(rec["monthly_savings_usd"])
+        assert row["recommendation_reason"] == rec["reason"]
+    packing = table_rows(p, "rightsize-packing")
+    assert [(r["pool"], r["gpus_freed"]) for r in packing] == [
+        (x["pool"], str(x["gpus_freed"])) for x in report["rightsizing"]["pools"]
+    ]
+    csv = pd.read_csv(io.BytesIO(_download(p, "rightsize", "CSV")))
+    assert len(csv) == len(report["workloads"])
+    assert csv["monthly_savings_usd"].sum() == pytest.approx(
+        report["rightsizing"]["monthly_savings_usd"], abs=0.01 * len(csv)
+    )
     no_dash_errors(p, errors)

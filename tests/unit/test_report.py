@@ -14,7 +14,7 @@ import pytest
 
 from gpuwatch.config import Settings
 from gpuwatch.model import LEDGER_STATES, PriceBook, Window
-from gpuwatch.report import build_report, json_schema, render
+from gpuwatch.report import build_report, group_rows, json_schema, render
 from gpuwatch.service import FleetService, SimulatedSources
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.sources.simulated.demo import (
@@ -94,8 +94,12 @@ def _decimals(column: str) -> int | None:
 
 @pytest.mark.parametrize("group_by", ["team", "namespace", "workload", "pool"])
 def test_csv_and_parquet_are_showback_rows_of_the_json(report: dict[str, Any], group_by: str) -> None:
-    key = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}[group_by]
-    expected = pd.DataFrame(report[key])
+    expected = pd.DataFrame(group_rows(report, group_by))  # a workload's recommendation as columns
+    if group_by == "workload":
+        first = next(r for r in report["workloads"] if r["recommendation"])
+        flat = expected.iloc[0]
+        assert flat["recommendation_kind"] == first["recommendation"]["kind"]
+        assert flat["monthly_savings_usd"] == first["recommendation"]["monthly_savings_usd"]
     text = render(report, "csv", group_by=group_by).decode()
     # Numbers as people read them: no float noise such as 47.99999999999856.
     assert not re.search(r"\d\.\d{5,}", text)
@@ -116,7 +120,8 @@ def test_csv_and_parquet_are_showback_rows_of_the_json(report: dict[str, Any], g
             assert read.tolist() == pytest.approx(want, nan_ok=True, abs=1e-12)
             assert from_parquet[column].tolist() == pytest.approx(want, nan_ok=True, abs=1e-12)
         elif column not in ("idle_since", "usd_per_gpu_hour"):
-            assert from_csv[column].astype(str).tolist() == expected[column].astype(str).tolist()
+            # None (no recommendation's target) is an empty cell.
+            assert from_csv[column].astype(str).tolist() == expected[column].fillna("").astype(str).tolist()
     prices = {p["pool"]: p["usd_per_gpu_hour"] for p in report["pools"]}
     if group_by in ("pool", "workload"):
         assert from_csv["usd_per_gpu_hour"].tolist() == [prices[p] for p in from_csv["pool"]]
@@ -224,3 +229,15 @@ def test_energy_without_a_tariff_is_measured_but_not_priced() -> None:
     assert report["fleet"]["energy_kwh"] > 0
     assert report["fleet"]["energy_cost_usd"] is None  # unknown, never 0
     assert all(t["energy_cost_usd"] is None and t["energy_kwh"] > 0 for t in report["teams"])
+
+
+def test_the_demo_has_a_workload_for_every_recommendation_kind(report: dict[str, Any]) -> None:
+    kinds = {w["recommendation"]["kind"] for w in report["workloads"] if w["recommendation"]}
+    assert kinds == {"gpus", "mig", "time_slice", "product", "keep", "unknown"}
+    unknown = [w["recommendation"] for w in report["workloads"] if w["recommendation"]["kind"] == "unknown"]
+    assert all(r["monthly_savings_usd"] is None and r["target"] is None and r["reason"] for r in unknown)
+    savings = sum(w["recommendation"]["monthly_savings_usd"] or 0.0 for w in report["workloads"])
+    rightsizing = report["rightsizing"]
+    assert rightsizing["monthly_savings_usd"] == pytest.approx(savings) and savings > 0
+    assert rightsizing["gpus_freed"] == sum(p["gpus_freed"] for p in rightsizing["pools"])
+    assert all(p["gpus_before"] - p["gpus_after"] == p["gpus_freed"] for p in rightsizing["pools"])

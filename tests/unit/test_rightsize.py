@@ -19,6 +19,7 @@ from gpuwatch.analytics.rightsize import (
     packed_gpus,
     packing_estimate,
     recommend,
+    workload_usage,
 )
 from gpuwatch.errors import ConfigError, DataError
 
@@ -494,3 +495,42 @@ def test_recommend_keeps_the_index_and_the_input_columns() -> None:
     got = recommend(frame, usd_per_gpu_hour=BOOK, window_hours=WINDOW_HOURS)
     assert got.index.equals(frame.index)
     assert_frame_equal(got[frame.columns], frame)
+
+
+def test_workload_usage_from_a_hand_computed_timeline() -> None:
+    """p95 of the busy GE per sample, peak memory summed over a workload's units, telemetry share."""
+    stamps = pd.date_range("2026-11-20", periods=20, freq="60s", tz="UTC")
+    rows = []
+    for i in range(len(stamps)):
+        # Pod a holds two whole GPUs: one busy i/20, the other idle; 10 GiB + 2 GiB of memory, 20 at i = 19.
+        rows.append(("a", "g1", 1.0, i / 20, 10.0 if i < 19 else 20.0))
+        rows.append(("a", "g2", 1.0, 0.0, 2.0))
+        # Pod b holds a 2/7 MIG slice whose utilization is unknown half of the time.
+        rows.append(("b", "g3", 2 / 7, 0.5 if i % 2 else math.nan, math.nan))
+    frame = pd.DataFrame(
+        {
+            "timestamp": np.repeat(stamps, 3),
+            "namespace": "ml",
+            "pod": [r[0] for r in rows],
+            "team": "research",
+            "node": "n1",
+            "pool": "NVIDIA-A100-SXM4-80GB",
+            "uuid": [r[1] for r in rows],
+            "gpu_instance_id": "",
+            "ge_share": [r[2] for r in rows],
+            "util_ratio": [r[3] for r in rows],
+            "idle": False,
+            "low_util_since": pd.NaT,
+            "fb_used_bytes": [r[4] * BYTES_PER_GIB for r in rows],
+        }
+    )
+    usage = workload_usage(frame, step_seconds=60).set_index("pod")
+    # a: busy GE i/20 for i = 0..19; the 95th percentile (linear) of 0, 0.05, ..., 0.95 is 0.9025.
+    assert usage.loc["a", "p95_busy_ge"] == pytest.approx(np.percentile(np.arange(20) / 20, 95))
+    assert usage.loc["a", "peak_fb_bytes"] == 22 * BYTES_PER_GIB
+    assert usage.loc["a", "allocated_gpu_hours"] == pytest.approx(2 * 20 / 60)
+    assert (usage.loc["a", "gpus"], usage.loc["a", "telemetry_ratio"]) == (2.0, 1.0)
+    # b: busy 0.5 × 2/7 on the samples with telemetry (the others are left out, not 0); memory unknown.
+    assert usage.loc["b", "p95_busy_ge"] == pytest.approx(0.5 * 2 / 7)
+    assert math.isnan(usage.loc["b", "peak_fb_bytes"])
+    assert usage.loc["b", "telemetry_ratio"] == 0.5

@@ -575,3 +575,53 @@ def packing_estimate(recommendations: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return PACKING.check(out)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The workloads of a window, from the marked timeline
+
+
+def workload_usage(marked: pd.DataFrame, *, step_seconds: float) -> pd.DataFrame:
+    """WORKLOADS of a window: per workload (namespace, pod, team) of IDLE_MARKED rows (with
+    fb_used_bytes where known), its pool and GE at its last sample, allocated GE-hours, the 95th
+    percentile over its samples of its busy GE (Σ util × GE share over its units with known
+    utilization; samples with none are left out), its peak framebuffer (Σ over its units at one
+    sample; NaN where never known) and the share of its unit-samples with known utilization."""
+    keys = ["namespace", "pod", "team"]
+    util = marked["util_ratio"].to_numpy(dtype=np.float64)
+    share = marked["ge_share"].to_numpy(dtype=np.float64)
+    fb = marked["fb_used_bytes"] if "fb_used_bytes" in marked else pd.Series(np.nan, index=marked.index)
+    rows = pd.DataFrame(
+        {
+            **{k: marked[k] for k in (*keys, "pool", "timestamp")},
+            "busy": util * share,
+            "known": ~np.isnan(util),
+            "ge": share,
+            "fb": fb.to_numpy(dtype=np.float64),
+        }
+    )
+    per_sample = rows.groupby([*keys, "timestamp"], sort=False, observed=True).agg(
+        busy=("busy", "sum"),
+        busy_n=("busy", "count"),
+        fb=("fb", "sum"),
+        fb_n=("fb", "count"),
+        ge=("ge", "sum"),
+        pool=("pool", "first"),
+    )
+    per_sample["busy"] = per_sample["busy"].where(per_sample["busy_n"] > 0)  # unknown, never 0
+    per_sample["fb"] = per_sample["fb"].where(per_sample["fb_n"] > 0)
+    per_sample = per_sample.reset_index()
+    by_workload = per_sample.groupby(keys, sort=True, observed=True)
+    last = per_sample.sort_values("timestamp").groupby(keys, sort=True, observed=True).tail(1).set_index(keys)
+    out = pd.DataFrame(
+        {
+            "p95_busy_ge": by_workload["busy"].quantile(0.95),
+            "peak_fb_bytes": by_workload["fb"].max(),
+            "allocated_gpu_hours": by_workload["ge"].sum() * (step_seconds / 3600.0),
+            "telemetry_ratio": rows.groupby(keys, sort=True, observed=True)["known"].mean(),
+        }
+    )
+    out["pool"] = last["pool"].reindex(out.index)
+    out["gpus"] = last["ge"].reindex(out.index)
+    out = out.reset_index()
+    return WORKLOADS.check(out.astype({k: "str" for k in (*keys, "pool")})[list(WORKLOADS.columns)])

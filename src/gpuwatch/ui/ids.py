@@ -53,6 +53,11 @@ TEAMS_BANNER = "teams-banner"
 TEAMS_AS_OF = "teams-as-of"
 TEAMS_TABLE = "teams-table"
 
+RIGHTSIZE_BANNER = "rightsize-banner"
+RIGHTSIZE_AS_OF = "rightsize-as-of"
+RIGHTSIZE_KPIS = "rightsize-kpis"
+RIGHTSIZE_TABLES = "rightsize-tables"
+
 TEAM_NAME = "team-name"
 TEAM_BACK = "team-back"
 TEAM_BANNER = "team-banner"
