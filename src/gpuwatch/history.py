@@ -251,6 +251,7 @@ def assemble(
     )
     pools = _pools(sums, hours, pool_hours)
     pools["usd_per_gpu_hour"] = price_of(pools["pool"])
+    pools["stranded_cost_usd"] = pools["stranded_gpu_hours"].to_numpy() * price_of(pools["pool"])
     step = window.step_seconds
     warnings = [*source_warnings, *(gap_warnings(sums.pieces, partial=True) if gaps is None else gaps)]
     default = settings.pricing.default_usd_per_gpu_hour

@@ -236,6 +236,7 @@ _COLUMNS = {
         "fragmentation_ratio",
         "largest_free_block",
         "stranded_gpu_hours",
+        "stranded_cost_usd",
         "usd_per_gpu_hour",
     ],
 }
@@ -539,6 +540,7 @@ def report_from_tables(
                 # significant digits, so the two read paths' blocks differ there by ~1e-12.
                 "largest_free_block": round(_num(r["largest_free_block_ge"]) or 0.0, 9),
                 "stranded_gpu_hours": float(r["stranded_gpu_hours"]),
+                "stranded_cost_usd": float(r["stranded_cost_usd"]),
                 "usd_per_gpu_hour": _num(r["usd_per_gpu_hour"]),
             }
             for r in tables["pool"].to_dict("records")

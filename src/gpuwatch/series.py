@@ -399,13 +399,6 @@ def _energy_families(analysis: "Analysis", *, last_only: bool) -> list[Family]:
     ]
 
 
-def price_per_pool(analysis: "Analysis") -> dict[str, float]:
-    """USD per GPU-hour in force at the analysis's end of every pool it names (the price book's default
-    where unknown): what a cycle publishes, so that history prices each sample at its time."""
-    book, at = analysis.settings.pricing, analysis.window.end
-    return {pool: book.usd_per_gpu_hour(pool, at) for pool in sorted(_pools(analysis))}
-
-
 def rates_at(
     book: PriceBook, pools: "pd.Series[str]", timestamps: "pd.Series[pd.Timestamp]"
 ) -> npt.NDArray[np.float64]:

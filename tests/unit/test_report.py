@@ -181,6 +181,15 @@ def test_the_demo_prices_each_a100_hour_at_the_rate_in_force_when_it_ran() -> No
         flat_after["fleet"]["cost_usd"] - a100_hours * (old_price - new_price)
     )
     assert {p["pool"]: p["usd_per_gpu_hour"] for p in whole["pools"]}[a100] == new_price  # at the end
+    # The Capacity page's stranded dollars: each stranded GPU-hour at the price of its sample, too.
+    stranded = {p["pool"]: p["stranded_cost_usd"] for p in whole["pools"]}
+    flat_stranded = {p["pool"]: p["stranded_cost_usd"] for p in report_of(flat, start, end)["pools"]}
+    nodes = dated.analysis(Window(start=start, end=end, step_seconds=600)).by_node
+    late = nodes[(nodes["pool"] == a100) & (nodes["timestamp"] >= pd.Timestamp(change))]
+    late_hours = float(late["stranded_ge"].sum()) * 600 / 3600
+    assert late_hours > 1
+    assert stranded[a100] == pytest.approx(flat_stranded[a100] - late_hours * (old_price - new_price))
+    assert sum(stranded.values()) == pytest.approx(whole["fleet"]["stranded_cost_usd"])
 
 
 def test_teams_carry_their_budget_and_the_months_forecast(report: dict[str, Any]) -> None:

@@ -112,10 +112,6 @@ class FleetView(ABC):
         """The window's fragmentation ratio over the scope's pools (0 when nothing was free)."""
 
     @abstractmethod
-    def prices(self) -> dict[str, float]:
-        """USD per GPU-hour of every pool in the view."""
-
-    @abstractmethod
     def state_usd(self) -> dict[str, float]:
         """Dollars of each ledger state over the window (GE-hours × the pool's price)."""
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.report import build_report
-from gpuwatch.series import price_per_pool, rates_at
+from gpuwatch.series import rates_at
 from gpuwatch.service import Analysis
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
 
@@ -35,9 +35,6 @@ class RawView(FleetView):
         return self._cached(
             "ledger_timeline", lambda: bucketed(self.analysis.by_node, self.window, STATE_COLUMNS)
         )
-
-    def prices(self) -> dict[str, float]:
-        return self._cached("prices", lambda: price_per_pool(self.analysis))
 
     def state_usd(self) -> dict[str, float]:
         def compute() -> dict[str, float]:

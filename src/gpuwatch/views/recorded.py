@@ -359,10 +359,6 @@ class RecordedView(FleetView):
         known = np.isfinite(ratio) & (weight > 0)
         return float((ratio[known] * weight[known]).sum() / weight[known].sum()) if known.any() else 0.0
 
-    def prices(self) -> dict[str, float]:
-        pools = self.history.tables["pool"]
-        return {str(p): float(u) for p, u in zip(pools["pool"], pools["usd_per_gpu_hour"], strict=True)}
-
     def state_usd(self) -> dict[str, float]:
         pools = self.history.tables["pool"]
         usd = pools["usd_per_gpu_hour"].to_numpy(dtype=np.float64)

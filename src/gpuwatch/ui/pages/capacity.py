@@ -60,8 +60,8 @@ def layout(**_query: str) -> html.Div:
 
 
 def pool_rows(view: View) -> list[dict[str, Any]]:
-    """The report's pools with the dollars their stranded hours cost and what is free now."""
-    price = view.prices()
+    """The report's pools (with the dollars their stranded hours cost, each priced at its sample's rate)
+    and what is free now."""
     now = view.nodes_now()
     free_now = (
         now[now["ready"] & now["schedulable"]]
@@ -72,7 +72,6 @@ def pool_rows(view: View) -> list[dict[str, Any]]:
     return [
         {
             **p,
-            "stranded_usd": p["stranded_gpu_hours"] * price.get(p["pool"], 0.0),
             "free_now": float(free_now.get(p["pool"], 0.0)),
         }
         for p in view.pool_rows()
@@ -88,7 +87,7 @@ POOL_COLUMNS = [
     Column("allocation_rate", "allocation", "pct"),
     Column("utilization", "utilization", "pct"),
     Column("stranded_gpu_hours", "stranded GPU-h", "num"),
-    Column("stranded_usd", "stranded $", "usd"),
+    Column("stranded_cost_usd", "stranded $", "usd"),
 ]
 
 
