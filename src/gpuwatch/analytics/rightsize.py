@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from gpuwatch.analytics.ledger import group_codes
 from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import HOURS_PER_MONTH, MIG_SLICES_PER_GPU, mig_profile_slices, normalize_product
 from gpuwatch.schema import Contract
@@ -587,41 +588,48 @@ def workload_usage(marked: pd.DataFrame, *, step_seconds: float) -> pd.DataFrame
     percentile over its samples of its busy GE (Σ util × GE share over its units with known
     utilization; samples with none are left out), its peak framebuffer (Σ over its units at one
     sample; NaN where never known) and the share of its unit-samples with known utilization."""
-    keys = ["namespace", "pod", "team"]
+    keys = ("namespace", "pod", "team")
+    workload, groups = group_codes(marked, keys)
+    times, _ = pd.factorize(marked["timestamp"])
+    sample, first = np.unique(workload * (int(times.max(initial=0)) + 1) + times, return_index=True)
+    row_sample = np.searchsorted(sample, workload * (int(times.max(initial=0)) + 1) + times)
+    n = len(sample)
     util = marked["util_ratio"].to_numpy(dtype=np.float64)
     share = marked["ge_share"].to_numpy(dtype=np.float64)
-    fb = marked["fb_used_bytes"] if "fb_used_bytes" in marked else pd.Series(np.nan, index=marked.index)
-    rows = pd.DataFrame(
+    fb = (
+        marked["fb_used_bytes"].to_numpy(dtype=np.float64)
+        if "fb_used_bytes" in marked
+        else np.full(len(util), np.nan)
+    )
+    known, fb_known = ~np.isnan(util), ~np.isnan(fb)
+    pool_codes, pool_names = pd.factorize(marked["pool"])
+
+    def per_sample(values: Floats, present: npt.NDArray[np.bool_]) -> Floats:
+        total = np.bincount(row_sample, weights=np.where(present, values, 0.0), minlength=n)
+        return np.where(np.bincount(row_sample, weights=present, minlength=n) > 0, total, np.nan)
+
+    samples = pd.DataFrame(
         {
-            **{k: marked[k] for k in (*keys, "pool", "timestamp")},
-            "busy": util * share,
-            "known": ~np.isnan(util),
-            "ge": share,
-            "fb": fb.to_numpy(dtype=np.float64),
+            "workload": workload[first],
+            "time": times[first],
+            "busy": per_sample(util * share, known),
+            "fb": per_sample(fb, fb_known),
+            "ge": np.bincount(row_sample, weights=share, minlength=n),
+            "pool": pool_codes[first],
         }
     )
-    per_sample = rows.groupby([*keys, "timestamp"], sort=False, observed=True).agg(
-        busy=("busy", "sum"),
-        busy_n=("busy", "count"),
-        fb=("fb", "sum"),
-        fb_n=("fb", "count"),
-        ge=("ge", "sum"),
-        pool=("pool", "first"),
+    by = samples.groupby("workload", sort=True)
+    last = (
+        samples.sort_values(["workload", "time"]).groupby("workload", sort=True).tail(1).set_index("workload")
     )
-    per_sample["busy"] = per_sample["busy"].where(per_sample["busy_n"] > 0)  # unknown, never 0
-    per_sample["fb"] = per_sample["fb"].where(per_sample["fb_n"] > 0)
-    per_sample = per_sample.reset_index()
-    by_workload = per_sample.groupby(keys, sort=True, observed=True)
-    last = per_sample.sort_values("timestamp").groupby(keys, sort=True, observed=True).tail(1).set_index(keys)
-    out = pd.DataFrame(
-        {
-            "p95_busy_ge": by_workload["busy"].quantile(0.95),
-            "peak_fb_bytes": by_workload["fb"].max(),
-            "allocated_gpu_hours": by_workload["ge"].sum() * (step_seconds / 3600.0),
-            "telemetry_ratio": rows.groupby(keys, sort=True, observed=True)["known"].mean(),
-        }
+    n_rows = np.bincount(workload, minlength=len(groups))
+    out = groups.astype("str").assign(
+        pool=np.asarray(pool_names.astype("str"))[last["pool"].reindex(range(len(groups))).to_numpy()],
+        gpus=last["ge"].reindex(range(len(groups))).to_numpy(),
+        allocated_gpu_hours=by["ge"].sum().reindex(range(len(groups))).to_numpy() * (step_seconds / 3600.0),
+        p95_busy_ge=by["busy"].quantile(0.95).reindex(range(len(groups))).to_numpy(),
+        peak_fb_bytes=by["fb"].max().reindex(range(len(groups))).to_numpy(),
+        telemetry_ratio=np.bincount(workload, weights=known, minlength=len(groups)) / np.maximum(n_rows, 1),
     )
-    out["pool"] = last["pool"].reindex(out.index)
-    out["gpus"] = last["ge"].reindex(out.index)
-    out = out.reset_index()
-    return WORKLOADS.check(out.astype({k: "str" for k in (*keys, "pool")})[list(WORKLOADS.columns)])
+    out = out.sort_values(list(keys), ignore_index=True)
+    return WORKLOADS.check(out[list(WORKLOADS.columns)])
