@@ -309,6 +309,7 @@ def _analysis_since(analysis: "Analysis", start: datetime) -> "Analysis":
         per_pool=cut(analysis.per_pool),
         free=cut(analysis.free),
         units_reporting=cut(analysis.units_reporting),
+        energy=None if analysis.energy is None else cut(analysis.energy),
     )
 
 

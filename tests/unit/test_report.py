@@ -22,6 +22,8 @@ from gpuwatch.sources.simulated.demo import (
     DEMO_PRICE_CHANGE_BEFORE_END,
     DEMO_PRICES_USD_PER_GPU_HOUR,
 )
+from gpuwatch.views.base import Scope
+from gpuwatch.views.raw import filter_analysis
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +252,14 @@ def test_the_demo_has_a_workload_for_every_recommendation_kind(report: dict[str,
     assert rightsizing["monthly_savings_usd"] == pytest.approx(savings) and savings > 0
     assert rightsizing["gpus_freed"] == sum(p["gpus_freed"] for p in rightsizing["pools"])
     assert all(p["gpus_before"] - p["gpus_after"] == p["gpus_freed"] for p in rightsizing["pools"])
+
+
+def test_a_team_filter_keeps_that_teams_energy_alone() -> None:
+    fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.25)
+    analysis = FleetService.demo(Settings(), fleet).analysis(fleet.window)
+    whole = build_report(analysis)
+    team = next(t for t in whole["teams"] if t["energy_kwh"])
+    scoped = build_report(filter_analysis(analysis, Scope(teams=(team["team"],))))
+    assert scoped["fleet"]["energy_kwh"] == pytest.approx(team["energy_kwh"])
+    assert scoped["fleet"]["unallocated_energy_kwh"] == 0.0  # free GPUs belong to no team
+    assert [t["energy_kwh"] for t in scoped["teams"]] == [pytest.approx(team["energy_kwh"])]

@@ -171,6 +171,9 @@ def filter_analysis(analysis: Analysis, scope: Scope) -> Analysis:
     if scope.teams:
         marked = marked[marked["team"].isin(scope.teams)].reset_index(drop=True)
         pending = pending[pending["team"].isin(scope.teams)]
+    energy = None if analysis.energy is None else on_nodes(analysis.energy)
+    if scope.teams and energy is not None:  # the teams' share of their GPUs' energy, no GPU's unheld rest
+        energy = energy[energy["team"].isin(scope.teams)].reset_index(drop=True)
     held = marked[["namespace", "pod"]].drop_duplicates()
     by_node = on_nodes(analysis.by_node)
     if scope.teams:
@@ -185,6 +188,7 @@ def filter_analysis(analysis: Analysis, scope: Scope) -> Analysis:
         pending=pending.reset_index(drop=True),
         idle_since=analysis.idle_since.merge(held, on=["namespace", "pod"], how="inner"),
         units_reporting=on_nodes(analysis.units_reporting),
+        energy=energy,
     )
 
 
