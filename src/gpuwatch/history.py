@@ -26,6 +26,7 @@ from gpuwatch.sources.prometheus import (
 from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
 
 SECONDS_PER_HOUR = 3600.0
+WATT_HOURS_PER_KWH = 1000.0
 EPSILON_GE = 1e-9
 PARTIAL_PIECE_RATIO = 0.99  # a piece whose exporter samples cover less than this is named in warnings
 POD_KEYS = POD_HISTORY_LABELS
@@ -165,6 +166,14 @@ def scope_sums(
         k: narrowed[k] for k in ("pod_allocated", "pod_idle", "pod_unknown", "pod_used", "pod_last_allocated")
     }
     narrowed |= pod_totals(pods)
+    if teams:  # the teams' share of their GPUs' energy: the scope's whole energy (nothing unheld)
+        narrowed["pool_power"], narrowed["pool_energy_cost"] = (
+            narrowed["team_power"],
+            narrowed["team_energy_cost"],
+        )
+    if pools is not None:  # the team series span pools: the teams' energy within these is not recorded
+        narrowed["team_power"] = narrowed["team_power"].iloc[0:0]
+        narrowed["team_energy_cost"] = narrowed["team_energy_cost"].iloc[0:0]
     if teams:
         narrowed["pool_states"] = _allocated_states(pods, ("pool",))
     if pools is not None:
@@ -242,11 +251,20 @@ def assemble(
     workloads = _workloads(sums, hours, price_of)
     teams = _teams(sums, hours)
     namespaces = _namespaces(sums, hours, price_of)
+    energy_kwh = hours.total(sums.pool_power) / WATT_HOURS_PER_KWH if len(sums.pool_power) else math.nan
     fleet = pd.DataFrame(
         {
             "allocated_gpu_hours": [float(teams["allocated_gpu_hours"].sum())],
             "used_gpu_hours": [_sum_known(teams["used_gpu_hours"])],
             "unknown_gpu_hours": [float(teams["unknown_gpu_hours"].sum())],
+            "energy_kwh": [energy_kwh],
+            "energy_cost_usd": [
+                hours.total(sums.pool_energy_cost) if len(sums.pool_energy_cost) else math.nan
+            ],
+            # What no pod held drew: all of it less the teams' shares (unknown when any is).
+            "unallocated_energy_kwh": [
+                np.clip(energy_kwh - float(teams["energy_kwh"].sum(min_count=1)), 0, None)
+            ],
         }
     )
     pools = _pools(sums, hours, pool_hours)
@@ -267,9 +285,9 @@ def assemble(
         for product, when in settings.pricing.changes(window.start, window.end)
     ]
     warnings.append(
-        "history path: energy is not read from gpuwatch_* series yet, and right-sizing needs each "
-        "workload's compute and memory sample by sample (energy and recommendations are unknown; "
-        "--source raw computes them)"
+        "history path: energy is read per team and pool, not per namespace or workload, and right-sizing "
+        "needs each workload's compute and memory sample by sample (those are unknown; --source raw "
+        "computes them)"
     )
     warnings.append(
         "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "
@@ -561,7 +579,14 @@ def _teams(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
         for c in ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
     }
     teams = teams.fillna(filled).fillna({"pods": 0}).astype({"pods": "int64"})
-    return _idle_split(teams.rename_axis(index="team").reset_index(), sums, hours, ("team",))
+    teams = _idle_split(teams.rename_axis(index="team").reset_index(), sums, hours, ("team",))
+    for name, frame, per_unit in (
+        ("energy_kwh", sums.team_power, 1 / WATT_HOURS_PER_KWH),
+        ("energy_cost_usd", sums.team_energy_cost, 1.0),
+    ):
+        summed = hours.by(frame, ("team",), name)
+        teams = teams.merge(summed.assign(**{name: summed[name] * per_unit}), on="team", how="left")
+    return teams  # energy NaN (unknown) for a team whose power was never published
 
 
 def _pools(sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame) -> pd.DataFrame:

@@ -61,7 +61,9 @@ HELP = {
     "gpuwatch_team_idle_budget_usd_per_hour": "The team's idle-spend budget (config).",
     "gpuwatch_pod_gpu_power_watts": "Power the pod's GPUs draw, its GE share of each GPU's.",
     "gpuwatch_pool_gpu_power_watts": "Power the pool's GPUs draw, held or not.",
+    "gpuwatch_team_gpu_power_watts": "Power the team's GPUs draw, its GE share of each GPU's.",
     "gpuwatch_team_energy_cost_usd_per_hour": "Energy cost rate of the team's GPUs (x PUE x tariff).",
+    "gpuwatch_pool_energy_cost_usd_per_hour": "Energy cost rate of the pool's GPUs, held or not.",
     "gpuwatch_pending_pod_gpus": "GPU-equivalents a pending GPU pod requests.",
     "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
     "gpuwatch_build_info": "gpuwatch build information.",
@@ -391,10 +393,22 @@ def _energy_families(analysis: "Analysis", *, last_only: bool) -> list[Family]:
             summed(energy, ["pool"], "watts"),
         ),
         Family(
+            "gpuwatch_team_gpu_power_watts",
+            HELP["gpuwatch_team_gpu_power_watts"],
+            ("team",),
+            summed(held, ["team"], "watts"),
+        ),
+        Family(
             "gpuwatch_team_energy_cost_usd_per_hour",
             HELP["gpuwatch_team_energy_cost_usd_per_hour"],
             ("team",),
             summed(held, ["team"], "usd_per_hour"),
+        ),
+        Family(
+            "gpuwatch_pool_energy_cost_usd_per_hour",
+            HELP["gpuwatch_pool_energy_cost_usd_per_hour"],
+            ("pool",),
+            summed(energy, ["pool"], "usd_per_hour"),
         ),
     ]
 

@@ -33,7 +33,14 @@ from tests.integration.prom import Backend, BackfilledPrometheus, PrometheusFact
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
-UTIL = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+# Utilization, and what energy and held/abandoned idle are measured from.
+UTIL = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
 REL = 0.02  # the tolerance; measured differences are float rounding (~1e-13)
 Report = dict[str, Any]
 SECTIONS = {

@@ -34,7 +34,14 @@ from tests.integration.ui_server import serve_app
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
-UTIL = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+# Utilization, and what energy and held/abandoned idle are measured from.
+UTIL = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
 REL = 0.01
 NOW = datetime(2026, 11, 20, 1, tzinfo=UTC)
 

@@ -25,6 +25,10 @@ LABELS = {
     "team_used": ("team",),
     "team_cost": ("team",),
     "team_idle_cost": ("team",),
+    "team_power": ("team",),
+    "team_energy_cost": ("team",),
+    "pool_power": ("pool",),
+    "pool_energy_cost": ("pool",),
     "pod_allocated": POD,
     "pod_idle": POD,
     "pod_used": POD,
@@ -111,6 +115,12 @@ def _fleet() -> HistorySums:
         team_used=[(1, "llm", 3 * n), (2, "ds", 0.0)],
         team_cost=[(1, "llm", 24.0 * n), (2, "llm", 32.0 * n), (2, "ds", 0.8 * n)],
         team_idle_cost=[(2, "llm", 32.0 * n), (2, "ds", 0.8 * 1200)],
+        # llm's GPUs draw 2400 W on day 1, 800 W idle at the end (ds's L4 published no power); the pools'
+        # every GPU: H100 2520 W then 800 W, the L4s 120 W at the end. Energy at 0.12 $/kWh × PUE 1.3.
+        team_power=[(1, "llm", 2400.0 * n), (2, "llm", 800.0 * n)],
+        team_energy_cost=[(1, "llm", 2400 * 0.156 / 1000 * n), (2, "llm", 800 * 0.156 / 1000 * n)],
+        pool_power=[(1, H100, 2520.0 * n), (2, H100, 800.0 * n), (2, L4, 120.0 * n)],
+        pool_energy_cost=[(1, H100, 2520 * 0.156 / 1000 * n), (2, H100, 0.1248 * n), (2, L4, 0.01872 * n)],
         pod_allocated=[(1, *train, 6 * n), (2, *nb, 8 * n), (2, *ds_pod, n)],
         pod_idle=[(1, *train, 0.0), (2, *nb, 8 * n), (2, *ds_pod, 1200.0)],
         pod_used=[(1, *train, 3 * n), (2, *ds_pod, 0.0)],
@@ -187,15 +197,21 @@ def test_teams_from_team_series_and_pods_from_pod_series(report: dict[str, Any])
             # 6 of nb-0's 8 idle GPUs for 12 h held a model, 2 were near empty.
             "held_idle_gpu_hours": 72.0,
             "abandoned_idle_gpu_hours": 24.0,
-            # The history path keeps no energy yet: unknown, never 0.
-            "energy_kwh": None,
-            "energy_cost_usd": None,
+            # 2400 W for 24 h and 800 W for 12 h: 57.6 + 9.6 kWh, × 0.156 $/kWh.
+            "energy_kwh": 67.2,
+            "energy_cost_usd": 67.2 * 0.156,
         }
     )
     # Half of ds's idle hours have no framebuffer reading: neither held nor abandoned is known.
     assert teams["ds"]["held_idle_gpu_hours"] is None
     assert teams["ds"]["abandoned_idle_gpu_hours"] is None
     assert teams["ds"]["budget_usd"] is None
+    # ds's power was never published: its energy is unknown, never 0.
+    assert teams["ds"]["energy_kwh"] is None and teams["ds"]["energy_cost_usd"] is None
+    fleet = report["fleet"]
+    assert fleet["energy_kwh"] == pytest.approx((2520 * 24 + 920 * 12) / 1000)
+    assert fleet["energy_cost_usd"] == pytest.approx(fleet["energy_kwh"] * 0.156)
+    assert fleet["unallocated_energy_kwh"] == pytest.approx(fleet["energy_kwh"] - 67.2)
     assert teams["ds"]["forecast_month_usd"] == pytest.approx(12 * 0.8 / 60 * 720)
     # 10 h idle (known, 0 used) and 2 h without telemetry: unknown hours are apart from idle ones.
     assert teams["ds"]["efficiency"] == 0.0

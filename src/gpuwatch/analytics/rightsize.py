@@ -631,5 +631,6 @@ def workload_usage(marked: pd.DataFrame, *, step_seconds: float) -> pd.DataFrame
         peak_fb_bytes=by["fb"].max().reindex(range(len(groups))).to_numpy(),
         telemetry_ratio=np.bincount(workload, weights=known, minlength=len(groups)) / np.maximum(n_rows, 1),
     )
-    out = out.sort_values(list(keys), ignore_index=True)
+    numbers = ["gpus", "allocated_gpu_hours", "p95_busy_ge", "peak_fb_bytes", "telemetry_ratio"]
+    out = out.astype(dict.fromkeys(numbers, "float64")).sort_values(list(keys), ignore_index=True)
     return WORKLOADS.check(out[list(WORKLOADS.columns)])

@@ -678,6 +678,10 @@ class HistorySums:
     team_used: pd.DataFrame  # team: Σ busy GE (utilization × GE share)
     team_cost: pd.DataFrame  # team: Σ USD/h allocated
     team_idle_cost: pd.DataFrame  # team: Σ USD/h idle-allocated
+    team_power: pd.DataFrame  # team: Σ W its GPUs drew (its GE share of each)
+    team_energy_cost: pd.DataFrame  # team: Σ USD/h of that energy
+    pool_power: pd.DataFrame  # pool: Σ W all its GPUs drew, held or not
+    pool_energy_cost: pd.DataFrame  # pool: Σ USD/h of that energy
     # The pod families (* : only the pods above 0 in the piece, the others read as 0)
     pod_allocated: pd.DataFrame  # namespace, pod, team, node, pool: Σ GE
     pod_idle: pd.DataFrame  # ... Σ idle-allocated GE *
@@ -1110,6 +1114,10 @@ def history_sums(
     frag, price = (partial(promql.pool_sum_query, m) for m in promql.POOL_MEAN_METRICS)
     fragmented, free = (partial(promql.pool_sum_query, m) for m in promql.POOL_GE_METRICS)
     capacity, reporting = (partial(promql.node_sum_query, m) for m in promql.NODE_SUM_METRICS)
+    team_power, team_energy_cost = (
+        partial(promql.team_energy_sum_query, m) for m in promql.TEAM_ENERGY_METRICS
+    )
+    pool_power, pool_energy_cost = (partial(promql.pool_sum_query, m) for m in promql.POOL_ENERGY_METRICS)
     empty_pods = _labelled(pd.DataFrame(), _POD)
     with pool:  # the families are read side by side (Prometheus evaluates each query on one core)
         families = pool.submit(PodFamilies(source, pieces).read) if pods else None
@@ -1119,6 +1127,10 @@ def history_sums(
             team_used=each(promql.team_used_gpus_sum_query, ("team",)),
             team_cost=each(promql.team_cost_sum_query, ("team",)),
             team_idle_cost=each(promql.team_cost_sum_query, ("team",), idle=True),
+            team_power=each(team_power, ("team",)),
+            team_energy_cost=each(team_energy_cost, ("team",)),
+            pool_power=each(pool_power, ("pool",)),
+            pool_energy_cost=each(pool_energy_cost, ("pool",)),
             fragmentation_sum=each(frag, ("pool",)),
             fragmentation_count=each(frag, ("pool",), count=True),
             fragmented_sum=each(fragmented, ("pool",)),

@@ -206,6 +206,8 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_pod_gpu_power_watts": _POD_LABELS,
     "gpuwatch_pool_gpu_power_watts": ("pool",),
     "gpuwatch_team_energy_cost_usd_per_hour": ("team",),
+    "gpuwatch_team_gpu_power_watts": ("team",),
+    "gpuwatch_pool_energy_cost_usd_per_hour": ("pool",),
     "gpuwatch_team_monthly_budget_usd": ("team",),
     "gpuwatch_team_idle_budget_usd_per_hour": ("team",),
     "gpuwatch_pending_pod_gpus": (*PENDING_LABELS, "blocked_by"),
@@ -272,6 +274,9 @@ POOL_MEAN_METRICS = ("gpuwatch_pool_fragmentation_ratio", "gpuwatch_pool_price_u
 # The fragmentation ratio's parts, summed over a window: Σ fragmented ÷ Σ free is the window's ratio.
 POOL_GE_METRICS = ("gpuwatch_pool_fragmented_gpus", "gpuwatch_pool_schedulable_free_gpus")
 NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting")
+# Energy, summed over a window: W × sample hours / 1000 is kWh, USD/h × sample hours is USD.
+TEAM_ENERGY_METRICS = ("gpuwatch_team_gpu_power_watts", "gpuwatch_team_energy_cost_usd_per_hour")
+POOL_ENERGY_METRICS = ("gpuwatch_pool_gpu_power_watts", "gpuwatch_pool_energy_cost_usd_per_hour")
 
 
 _MS: Final = 0.001
@@ -386,6 +391,7 @@ ROLLUPS: Final = (
     ("gpuwatch_pool_schedulable_free_gpus", "sum_over_time"),
     ("gpuwatch_node_gpu_capacity", "sum_over_time"),
     ("gpuwatch_node_gpus_reporting", "sum_over_time"),
+    *((metric, "sum_over_time") for metric in (*TEAM_ENERGY_METRICS, *POOL_ENERGY_METRICS)),
 )
 
 
@@ -547,6 +553,23 @@ def team_cost_sum_query(
         )
     """
     metric = "gpuwatch_team_idle_cost_usd_per_hour" if idle else "gpuwatch_team_cost_usd_per_hour"
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+
+
+def team_energy_sum_query(
+    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = ""
+) -> str:
+    """A team's GPU power (W) or energy cost rate (USD/h), summed over the grid points of the range.
+
+    team_energy_sum_query("gpuwatch_team_gpu_power_watts", range_seconds=86400, resolution_seconds=60) is::
+
+        sum_over_time(
+          (
+            max by (team) (avg_over_time(gpuwatch_team_gpu_power_watts[59999ms]))
+          )[86399999ms:60s]
+        )
+    """
+    metric = _one_of_metrics(metric, TEAM_ENERGY_METRICS)
     return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
 
 
@@ -765,7 +788,7 @@ def pool_sum_query(
           )[86399999ms:60s]
         )
     """
-    metric = _one_of_metrics(metric, (*POOL_MEAN_METRICS, *POOL_GE_METRICS))
+    metric = _one_of_metrics(metric, (*POOL_MEAN_METRICS, *POOL_GE_METRICS, *POOL_ENERGY_METRICS))
     function = "count_over_time" if count else "sum_over_time"
     return _summed(("pool",), metric, function, range_seconds, resolution_seconds, rollup)
 
