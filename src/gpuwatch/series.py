@@ -376,8 +376,10 @@ def _energy_families(analysis: "Analysis", *, last_only: bool) -> list[Family]:
     pod_keys = ["namespace", "pod", "team", "node", "pool"]
 
     def summed(frame: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
+        """Σ column per sample and keys; NaN (left out) where no row of the group is known."""
         grouped = frame.groupby(["timestamp", *keys], as_index=False, observed=True, sort=False)
-        return grouped.agg(value=(column, lambda v: v.sum(min_count=1)))
+        out = grouped.agg(value=(column, "sum"), known=(column, "count"))
+        return out.assign(value=out["value"].where(out["known"] > 0))
 
     return [
         Family(
