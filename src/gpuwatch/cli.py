@@ -261,6 +261,7 @@ def _service(
     history_days: float | None = None,
     settings: Settings | None = None,
     long_running: bool = False,
+    field_seconds: float | None = None,
 ) -> "FleetService":
     """The live service (the cluster followed by watches when `long_running`), or with --demo the
     simulated fleet (its history at least `history_days` long)."""
@@ -269,7 +270,7 @@ def _service(
     settings = settings or _settings(args)
     if getattr(args, "demo", False):
         return FleetService.demo(settings, history_days=max(DEMO_HISTORY_DAYS, history_days or 0.0))
-    return FleetService.live(settings, watch_cluster=long_running)
+    return FleetService.live(settings, watch_cluster=long_running, field_seconds=field_seconds)
 
 
 def _report_window(args: argparse.Namespace, now: datetime) -> "Window":
@@ -367,9 +368,9 @@ def _health_events(service: "FleetService", window: "Window", nodes: Any = None)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from gpuwatch.exporter import serve_exporter
+    from gpuwatch.exporter import PUBLISHED_FIELD_SECONDS, serve_exporter
 
-    service = _service(args, long_running=True)
+    service = _service(args, long_running=True, field_seconds=PUBLISHED_FIELD_SECONDS)
     server, loop, _registry = serve_exporter(
         service, host=args.host, port=args.port, interval_seconds=args.interval
     )

@@ -100,8 +100,17 @@ class LiveSources:
     """Prometheus (DCGM and gpuwatch's own history) and the Kubernetes API server."""
 
     def __init__(
-        self, settings: Settings, *, clock: Callable[[], datetime] | None = None, watch_cluster: bool = False
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        watch_cluster: bool = False,
+        field_seconds: float | None = None,
     ) -> None:
+        """field_seconds: read the framebuffer, energy and power only over a window's last this many
+        seconds (the exporter publishes its last sample alone: reading them over its whole idle window
+        would cost three more fields at every GPU-sample); None: over the whole window."""
+        self.field_seconds = field_seconds
         self.prometheus = PrometheusSource.from_settings(settings.prometheus)
         self.kubernetes = KubernetesSource(
             kubeconfig=settings.kubernetes.kubeconfig, context=settings.kubernetes.context
@@ -126,7 +135,22 @@ class LiveSources:
         # The framebuffer tells held idle GPUs (a model in memory) from abandoned ones; the energy counter
         # (power where a GPU has none) measures their energy (SPEC §3).
         fields = (DEV_FB_USED, DEV_TOTAL_ENERGY_CONSUMPTION, DEV_POWER_USAGE)
-        samples = self.prometheus.gpu_samples(window, exporters=exporters, fields=fields)
+        whole = self.field_seconds is None or self.field_seconds >= window.duration_seconds
+        recent = (
+            0 if whole else window.n_samples - math.ceil(float(self.field_seconds or 0) / window.step_seconds)
+        )
+        if recent <= 0:
+            samples = self.prometheus.gpu_samples(window, exporters=exporters, fields=fields)
+        else:
+            samples = self.prometheus.gpu_samples(window, exporters=exporters)
+            tail = replace(window, start=window.sample_time(recent))
+            extra = self.prometheus.gpu_samples(tail, exporters=exporters, fields=fields)
+            units = ["timestamp", "uuid", "gpu_instance_id"]
+            columns = [f.column for f in fields if f.column in extra]
+            extra = extra.drop_duplicates(units)[[*units, *columns]].astype(dict.fromkeys(units[1:], "str"))
+            keys = samples[units].astype(dict.fromkeys(units[1:], "str"))
+            found = keys.merge(extra, on=units, how="left")
+            samples = samples.assign(**{c: found[c].to_numpy() for c in columns})
         # A field no GPU reports is unknown for every GPU (NaN), not a field never asked for.
         return samples.assign(**{f.column: np.nan for f in fields if f.column not in samples})
 
@@ -210,14 +234,17 @@ class FleetService:
         return self.sources.history_start()
 
     @classmethod
-    def live(cls, settings: Settings, *, watch_cluster: bool = False) -> "FleetService":
+    def live(
+        cls, settings: Settings, *, watch_cluster: bool = False, field_seconds: float | None = None
+    ) -> "FleetService":
         """The fleet Prometheus and the API server describe; `watch_cluster` for long-running processes
-        (the cluster kept by watches instead of listed per call)."""
+        (the cluster kept by watches instead of listed per call); field_seconds as LiveSources'."""
         if not settings.prometheus.url:
             raise ConfigError(
                 "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
             )
-        return cls(settings=settings, sources=LiveSources(settings, watch_cluster=watch_cluster))
+        sources = LiveSources(settings, watch_cluster=watch_cluster, field_seconds=field_seconds)
+        return cls(settings=settings, sources=sources)
 
     def now(self) -> datetime:
         return self.sources.now()

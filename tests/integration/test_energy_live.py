@@ -1,12 +1,16 @@
 """Energy on the live path: DCGM's energy counter (or power) read from a real Prometheus, per pod."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.exporter import PUBLISHED_FIELD_SECONDS
+from gpuwatch.model import Window
 from gpuwatch.report import build_report
+from gpuwatch.series import published_series
 from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import PrometheusFactory
@@ -79,3 +83,30 @@ def test_without_energy_or_power_energy_is_unknown_never_zero(
     assert live["fleet"]["energy_kwh"] is None and live["fleet"]["energy_cost_usd"] is None
     assert all(t["energy_kwh"] is None for t in live["teams"])
     assert any(w.startswith("energy unknown for") for w in live["coverage"]["warnings"])
+
+
+def test_the_exporter_reads_energy_and_memory_for_its_last_samples_alone_and_publishes_the_same(
+    fleet: SimulatedFleet, prometheus_factory: PrometheusFactory, kubeconfig: str
+) -> None:
+    prom = prometheus_factory(fleet, metrics=(*UTIL, ENERGY, POWER))
+    base = Settings(
+        prometheus=PrometheusSettings(url=prom.url), kubernetes=KubernetesSettings(kubeconfig=kubeconfig)
+    )
+    settings = demo_settings(base, end=fleet.window.end)
+    window = Window(start=fleet.window.end - timedelta(minutes=40), end=fleet.window.end, step_seconds=60)
+    published = {}
+    for seconds in (None, PUBLISHED_FIELD_SECONDS):
+        sources = LiveSources(base, field_seconds=seconds)
+        analysis = FleetService(settings=settings, sources=sources).analysis(window)
+        published[seconds] = {f.name: f.samples for f in published_series(analysis)}
+    whole, tail = published[None], published[PUBLISHED_FIELD_SECONDS]
+    for name in (
+        "gpuwatch_pod_gpu_power_watts",
+        "gpuwatch_team_gpu_power_watts",
+        "gpuwatch_pool_gpu_power_watts",
+        "gpuwatch_team_energy_cost_usd_per_hour",
+        "gpuwatch_pod_gpu_idle_held",
+        "gpuwatch_pod_gpu_idle_abandoned",
+    ):
+        assert len(whole[name]) > 0, name
+        pd.testing.assert_frame_equal(tail[name], whole[name], check_categorical=False, obj=name)

@@ -16,6 +16,10 @@ from gpuwatch.series import Family, published_series
 from gpuwatch.service import FleetService
 
 SOURCES = ("prometheus", "kubernetes")
+CYCLE_STEP_SECONDS = 60
+# A cycle publishes its last sample: the framebuffer, energy and power it needs are the last two samples'
+# (the energy counter's increase), read alone instead of over the whole idle window (LiveSources).
+PUBLISHED_FIELD_SECONDS = 2 * CYCLE_STEP_SECONDS
 
 
 @dataclass
@@ -60,7 +64,7 @@ class ExportLoop:
         last_success = dict(previous.last_success)
         families, error = previous.families, ""
         settings = self.service.settings
-        step = 60
+        step = CYCLE_STEP_SECONDS
         # Enough history to apply the idle rule at the last complete sample.
         days = (settings.idle.window_seconds + 5 * step) / 86400
         end = self.service.now() - timedelta(seconds=step)
