@@ -247,7 +247,7 @@ def exporter(workdir: Path, args: argparse.Namespace) -> None:
     world ends at the minute the benchmark starts, as the exporter reads `now`), the Kubernetes API
     listing --cpu-pods more pods without GPUs. CPU seconds of this process and its peak RSS per cycle."""
     from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-    from gpuwatch.exporter.collector import ExportLoop
+    from gpuwatch.exporter.collector import PUBLISHED_FIELD_SECONDS, ExportLoop
     from gpuwatch.service import FleetService, demo_settings
 
     end = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -267,7 +267,11 @@ def exporter(workdir: Path, args: argparse.Namespace) -> None:
             prometheus=PrometheusSettings(url=prom.url),
             kubernetes=KubernetesSettings(kubeconfig=str(kubeconfig)),
         )
-        loop = ExportLoop(FleetService.live(demo_settings(base), watch_cluster=True))
+        # As `gpuwatch export` builds it: the framebuffer, energy and power read for the samples it publishes.
+        service = FleetService.live(
+            demo_settings(base), watch_cluster=True, field_seconds=PUBLISHED_FIELD_SECONDS
+        )
+        loop = ExportLoop(service)
         for n in range(4):
             if n:  # a new minute: a new window, not the service's cached analysis of the last one
                 time.sleep(61 - datetime.now(UTC).second)
