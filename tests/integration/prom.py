@@ -22,6 +22,15 @@ from gpuwatch.backfill import write_fleet_backfill
 from gpuwatch.sources.simulated import SimulatedFleet
 from gpuwatch.sources.simulated.exposition import write_backfill
 
+# The DCGM fields the raw path reads: utilization, and what held/abandoned idle and energy come from.
+RAW_PATH_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
+
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 VICTORIA_METRICS = shutil.which("victoria-metrics") or "/usr/bin/victoria-metrics"

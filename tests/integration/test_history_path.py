@@ -29,18 +29,11 @@ from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
 from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from tests.integration.prom import Backend, BackfilledPrometheus, PrometheusFactory
+from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
-# Utilization, and what energy and held/abandoned idle are measured from.
-UTIL = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_POWER_USAGE",
-)
+UTIL = RAW_PATH_METRICS
 REL = 0.02  # the tolerance; measured differences are float rounding (~1e-13)
 Report = dict[str, Any]
 SECTIONS = {

@@ -29,19 +29,12 @@ from gpuwatch.views.raw import RawView
 from gpuwatch.views.reader import open_view, trend_report
 from gpuwatch.views.recorded import RecordedView
 from tests.integration.browser import browser_page, screenshot, settle
-from tests.integration.prom import Backend, BackfilledPrometheus, PrometheusFactory
+from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
 from tests.integration.ui_server import serve_app
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
-# Utilization, and what energy and held/abandoned idle are measured from.
-UTIL = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_POWER_USAGE",
-)
+UTIL = RAW_PATH_METRICS
 REL = 0.01
 NOW = datetime(2026, 11, 20, 1, tzinfo=UTC)
 
