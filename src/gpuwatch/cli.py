@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -9,7 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from gpuwatch import __version__
 from gpuwatch.config import Settings, load_settings
@@ -25,7 +26,14 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
 
 
+# The cycle collector's generation-0 threshold (Python's default is 700 allocations): a month's answers
+# from Prometheus are millions of small acyclic objects, which the default makes it walk again and again
+# (about a quarter of a 30-day report's CPU time at 10,000 GPUs). Cycles are still collected.
+GC_THRESHOLD: Final = (50_000, 20, 20)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    gc.set_threshold(*GC_THRESHOLD)
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -2,7 +2,7 @@
 
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +29,14 @@ JsonObject = dict[str, Any]
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Containers that identify a dcgm-exporter pod (GPU Operator and the standalone Helm chart).
 EXPORTER_CONTAINERS = frozenset({"nvidia-dcgm-exporter", "dcgm-exporter"})
+# The core/v1 collections read, by kind: requested through the client's ApiClient rather than CoreV1Api,
+# whose generated models take about a second of CPU to import (a report or `gpuwatch check` lists nodes).
+_COLLECTIONS = {
+    "pods": "/api/v1/pods",
+    "nodes": "/api/v1/nodes",
+    "namespaces": "/api/v1/namespaces",
+    "resourcequotas": "/api/v1/resourcequotas",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,27 +77,35 @@ class KubernetesSource:
         self.max_list_restarts = max_list_restarts
         self._api_client = api_client
 
-    def _core(self) -> Any:
+    def _client(self) -> Any:
         if self._api_client is None:
             self._api_client = _load_api_client(self.kubeconfig, self.context)
-        return client.CoreV1Api(self._api_client)
+        return self._api_client
 
     @property
     def server(self) -> str:
         try:
-            return str(self._core().api_client.configuration.host)
+            return str(self._client().configuration.host)
         except KubernetesError:
             return "the Kubernetes API"
 
-    def _method(self, kind: str) -> Callable[..., Any]:
-        core = self._core()
-        method: Callable[..., Any] = {
-            "pods": core.list_pod_for_all_namespaces,
-            "nodes": core.list_node,
-            "namespaces": core.list_namespace,
-            "resourcequotas": core.list_resource_quota_for_all_namespaces,
-        }[kind]
-        return method
+    def _get(self, kind: str, query: Mapping[str, Any], timeout: Any) -> Any:
+        """GET the collection of `kind` (a list, or a watch) through the client's ApiClient (its
+        configuration, credentials and TLS), as CoreV1Api's list methods do with _preload_content=False:
+        the raw response, unread; a non-2xx answer an ApiException."""
+        api = self._client()
+        request = api.param_serialize(
+            method="GET",
+            resource_path=_COLLECTIONS[kind],
+            query_params=[(k, v) for k, v in query.items() if v not in (None, "")],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = api.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
 
     def list_raw(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], int]:
         """All objects of a kind (pods, nodes, namespaces, resourcequotas), page by page.
@@ -103,12 +119,11 @@ class KubernetesSource:
 
     def list_versioned(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], str, int]:
         """list_raw(), and the resourceVersion the list was read at (where a watch of it starts)."""
-        method = self._method(kind)
         restarts = 0
         while True:
             versions: list[str] = []
             try:
-                items = list(self._pages(method, kind, field_selector, versions))
+                items = list(self._pages(kind, field_selector, versions))
                 return items, versions[0] if versions else "", restarts
             except _ExpiredError:
                 restarts += 1
@@ -119,21 +134,14 @@ class KubernetesSource:
                     ) from None
 
     def _pages(
-        self, method: Callable[..., Any], kind: str, field_selector: str, versions: list[str] | None = None
+        self, kind: str, field_selector: str, versions: list[str] | None = None
     ) -> Iterator[JsonObject]:
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {
-                "limit": self.page_size,
-                "_preload_content": False,  # raw JSON: fast, and a malformed quantity cannot break parsing
-                "_request_timeout": self.timeout_seconds,
-            }
-            if token:
-                kwargs["_continue"] = token
-            if field_selector:
-                kwargs["field_selector"] = field_selector
+            # Raw JSON, not the client's models: fast, and a malformed quantity cannot break parsing.
+            query = {"limit": self.page_size, "continue": token, "fieldSelector": field_selector}
             try:
-                response = method(**kwargs)
+                response = self._get(kind, query, self.timeout_seconds)
                 body = json.loads(response.data)
             except ApiException as e:
                 if e.status == 410 and token:
@@ -157,14 +165,13 @@ class KubernetesSource:
         yielded as is (410 Expired: the version was compacted, list again); a dropped connection is a
         KubernetesError."""
         try:
-            response = self._method(kind)(
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_seconds,
-                _preload_content=False,
-                _request_timeout=(self.timeout_seconds, timeout_seconds + self.timeout_seconds),
-            )
+            query = {
+                "watch": True,
+                "resourceVersion": resource_version,
+                "allowWatchBookmarks": True,
+                "timeoutSeconds": timeout_seconds,
+            }
+            response = self._get(kind, query, (self.timeout_seconds, timeout_seconds + self.timeout_seconds))
         except ApiException as e:
             raise _api_error(e, kind) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
@@ -184,9 +191,8 @@ class KubernetesSource:
 
     def can_list(self, kind: str) -> str | None:
         """None if a one-item list of `kind` works, else the one-line reason (for `gpuwatch check`)."""
-        method = self._method(kind)
         try:
-            method(limit=1, _preload_content=False, _request_timeout=self.timeout_seconds)
+            self._get(kind, {"limit": 1}, self.timeout_seconds).read()
         except ApiException as e:
             return str(_api_error(e, kind))
         except (urllib3.exceptions.HTTPError, OSError) as e:
