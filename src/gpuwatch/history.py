@@ -3,6 +3,8 @@
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -11,8 +13,7 @@ from pandas.core.groupby import DataFrameGroupBy
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
-from gpuwatch.series import per_row
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, utc
 from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
@@ -34,7 +35,8 @@ WORKLOAD_KEYS = ("namespace", "pod", "team")
 SUMMED_USAGE = ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
 
 
-PriceOf = Callable[["pd.Series[str]"], "np.ndarray[Any, np.dtype[np.float64]]"]
+# Rows of a piece and pool -> each row's USD per GPU-hour (_price_lookup).
+PriceOf = Callable[[pd.DataFrame], "np.ndarray[Any, np.dtype[np.float64]]"]
 
 
 class NoHistoryError(DataError):
@@ -82,7 +84,8 @@ def read_history(
             )
         prometheus = PrometheusSource.from_settings(settings.prometheus)
     try:
-        sums = read_sums(prometheus, window, piece_seconds=piece_seconds)
+        cuts = price_cuts(settings, window)
+        sums = read_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
         if not (sums.pieces["samples"] > 0).any():
             raise NoHistoryError(
                 f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
@@ -95,11 +98,38 @@ def read_history(
 
 
 def read_pieces(
-    prometheus: PrometheusSource, window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS
+    prometheus: PrometheusSource,
+    window: Window,
+    *,
+    piece_seconds: int = HISTORY_PIECE_SECONDS,
+    cuts: Sequence[datetime] = (),
 ) -> pd.DataFrame:
     """The window's history pieces; where Prometheus holds no gpuwatch_* samples they count none (a
-    window wholly without history reads as one gap, never as zeros)."""
-    return merge_covered(history_pieces(prometheus, window, piece_seconds=piece_seconds))
+    window wholly without history reads as one gap, never as zeros). No piece spans one of `cuts` (the
+    instants a price changes, price_cuts()): the window is read as the stretches between them."""
+    inside = sorted({utc(c) for c in cuts if window.start < utc(c) < window.end})
+    bounds = [window.start, *inside, window.end]
+    parts = [
+        merge_covered(
+            history_pieces(
+                prometheus,
+                Window(start=a, end=b, step_seconds=window.step_seconds),
+                piece_seconds=piece_seconds,
+            )
+        )
+        for a, b in pairwise(bounds)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    out = pd.concat(parts, ignore_index=True)
+    return out.assign(piece=np.arange(len(out), dtype=np.int64)).astype(parts[0].dtypes.to_dict())
+
+
+def price_cuts(settings: Settings, window: Window) -> tuple[datetime, ...]:
+    """The instants inside the window at which a dated price takes effect: with pieces cut there
+    (read_pieces), each piece of a pool is priced at one rate, the one in force (SPEC: every GPU-hour at
+    the price of its sample's time)."""
+    return tuple(sorted({when for _, when in settings.pricing.changes(window.start, window.end)}))
 
 
 def read_sums(
@@ -109,10 +139,11 @@ def read_sums(
     piece_seconds: int = HISTORY_PIECE_SECONDS,
     pieces: pd.DataFrame | None = None,
     pods: bool = True,
+    cuts: Sequence[datetime] = (),
 ) -> HistorySums:
     """history_sums() of the window over read_pieces() (or `pieces`)."""
     if pieces is None:
-        pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds)
+        pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
     return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces, pods=pods)
 
 
@@ -226,17 +257,19 @@ def assemble(
     GE-hours: every sample stands for an equal share of its piece, as a raw sample stands for `step`.
     A piece without exporter samples adds nothing and is named in coverage.warnings, as is one covered
     in part (or `gaps`, finer lines of the same, say the buckets a view draws). Money uses the
-    prices the exporter published (each pool's time average), the price book's where a pool has none.
+    prices the exporter published in each piece, the price book's in force where a pool has none; pieces
+    end where a price changes (price_cuts()), so every GPU-hour is priced at the rate of its time.
     """
     hours = SampleHours(sums.pieces)
     prices = _published_prices(sums, hours)
-    price_of = _price_lookup(prices, settings, sums)
+    price_of = _price_lookup(settings, sums)
     pool_hours = _pool_ledger(sums, hours)
-    usd = price_of(pool_hours["pool"])
     ledger = {f"{s}_gpu_hours": float(pool_hours[f"{s}_gpu_hours"].sum()) for s in LEDGER_STATES}
+    states = sums.pool_states
+    state_usd = (hours.weighted(states) * price_of(states)).groupby([states["pool"], states["state"]]).sum()
 
     def dollars(*states: str) -> float:
-        return float((sum(pool_hours[f"{s}_gpu_hours"].to_numpy() for s in states) * usd).sum())
+        return float(state_usd[state_usd.index.get_level_values("state").isin(states)].sum())
 
     fleet_ledger = pd.DataFrame(
         {
@@ -268,8 +301,11 @@ def assemble(
         }
     )
     pools = _pools(sums, hours, pool_hours)
-    pools["usd_per_gpu_hour"] = price_of(pools["pool"])
-    pools["stranded_cost_usd"] = pools["stranded_gpu_hours"].to_numpy() * price_of(pools["pool"])
+    names = pools["pool"].astype("str")
+    end = window.end
+    pools["usd_per_gpu_hour"] = [prices.get(p, settings.pricing.usd_per_gpu_hour(p, end)) for p in names]
+    stranded = state_usd[state_usd.index.get_level_values("state") == "stranded"].droplevel("state")
+    pools["stranded_cost_usd"] = stranded.reindex(names).fillna(0.0).to_numpy()
     step = window.step_seconds
     warnings = [*source_warnings, *(gap_warnings(sums.pieces, partial=True) if gaps is None else gaps)]
     default = settings.pricing.default_usd_per_gpu_hour
@@ -277,12 +313,6 @@ def assemble(
         f"unknown product {p or '(none)'} priced at default ${default:.2f}/GPU-hour"
         for p in sorted(set(pools["pool"].astype("str")) - set(prices))
         if not settings.pricing.knows(p)
-    ]
-    warnings += [
-        f"the price of {product} changes at {_iso(when)}, inside the window: the history path prices "
-        "workloads, namespaces, pools and the fleet at each pool's time-averaged published price, teams "
-        "at every sample's (--source raw prices every sample)"
-        for product, when in settings.pricing.changes(window.start, window.end)
     ]
     warnings.append(
         "history path: energy is read per team and pool, not per namespace or workload, and right-sizing "
@@ -417,18 +447,36 @@ def _pool_ledger(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
     return wide.rename_axis(index="pool").reset_index()
 
 
-def _price_lookup(prices: Mapping[str, float], settings: Settings, sums: HistorySums) -> "PriceOf":
-    """Each row's pool price, the published one else the price book's in force at the window's end:
-    looked up once per pool, not per row (a month holds ~50,000 pods)."""
+def _price_lookup(settings: Settings, sums: HistorySums) -> "PriceOf":
+    """Each row's price (rows of a piece and pool): what the exporter published in the piece (its mean
+    there), else the price book's in force at the piece's middle. A piece ends where a price changes
+    (price_cuts()), so it holds one rate. Looked up once per piece and pool, not per row (a month holds
+    ~50,000 pods)."""
     book = settings.pricing
-    # The window's end (no piece: no row to price, and any time will do).
-    end = pd.Timestamp(sums.pieces["end"].max() if len(sums.pieces) else "1970-01-01Z").to_pydatetime()
+    published = _piece_prices(sums).dropna().set_index(["piece", "pool"])["usd_per_gpu_hour"]
+    pieces = sums.pieces.set_index("piece")
+    middles = pieces["end"] - pd.to_timedelta(pieces["seconds"] / 2, unit="s")
 
-    def price_of(pools: "pd.Series[str]") -> "np.ndarray[Any, np.dtype[np.float64]]":
-        names = pools.astype("str")
-        return per_row(names, {p: prices.get(p, book.usd_per_gpu_hour(p, end)) for p in names.unique()})
+    def price_of(frame: pd.DataFrame) -> "np.ndarray[Any, np.dtype[np.float64]]":
+        keys = pd.MultiIndex.from_arrays(
+            [frame["piece"].to_numpy(dtype=np.int64), frame["pool"].astype("str").to_numpy()]
+        )
+        pairs = keys.unique()
+        prices = published.reindex(pairs)
+        missing = prices.isna().to_numpy()
+        prices[missing] = [
+            book.usd_per_gpu_hour(pool, middles[piece].to_pydatetime()) for piece, pool in pairs[missing]
+        ]
+        return prices.reindex(keys).to_numpy(dtype=np.float64)
 
     return price_of
+
+
+def _priced(
+    frame: pd.DataFrame, hours: SampleHours, price_of: "PriceOf", keys: Sequence[str], name: str
+) -> pd.DataFrame:
+    """USD per group of `keys`: each row's GE-hours at its piece's price, summed (SampleHours.by)."""
+    return hours.by(frame.assign(value=frame["value"].to_numpy() * price_of(frame)), keys, name)
 
 
 # The per-pod families idle_workloads() reads: the idle ones (a month's ~5,000 of ~50,000 pods) and
@@ -460,10 +508,10 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     two label sets in its last piece takes the one holding more GE at its end (assemble: the one held
     longer in the window)."""
     hours = SampleHours(sums.pieces)
-    price_of = _price_lookup(_published_prices(sums, hours), settings, sums)
     idle = hours.by(sums.pod_idle, list(POD_KEYS), "idle_gpu_hours")
+    waste = _priced(sums.pod_idle, hours, _price_lookup(settings, sums), POD_KEYS, "waste_usd")
+    idle = idle.merge(waste, on=list(POD_KEYS), how="left")
     idle = idle[idle["idle_gpu_hours"] > 0]
-    idle = idle.assign(waste_usd=idle["idle_gpu_hours"].to_numpy() * price_of(idle["pool"]))
     by_workload = idle.groupby(list(WORKLOAD_KEYS), as_index=False, sort=True)
     summed = _idle_split(by_workload[["idle_gpu_hours", "waste_usd"]].sum(), sums, hours, WORKLOAD_KEYS)
     last = _last_seen(sums).sort_values(["piece", "gpus"], kind="stable")
@@ -476,7 +524,7 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
 def workload_table(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     """assemble()'s workload table alone: one row per pod of the pod families in `sums`."""
     hours = SampleHours(sums.pieces)
-    return _workloads(sums, hours, _price_lookup(_published_prices(sums, hours), settings, sums))
+    return _workloads(sums, hours, _price_lookup(settings, sums))
 
 
 def _last_seen(sums: HistorySums) -> pd.DataFrame:
@@ -504,7 +552,7 @@ def _namespaces(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> p
     keys = ["namespace", "team"]
     frame = sums.namespace_sums
     frame = frame.assign(gpu_hours=hours.weighted(frame))
-    frame = frame.assign(usd=frame["gpu_hours"].to_numpy() * price_of(frame["pool"]))
+    frame = frame.assign(usd=frame["gpu_hours"].to_numpy() * price_of(frame))
     wide = frame.pivot_table(index=keys, columns="family", values="gpu_hours", aggfunc="sum")
     wide = wide.reindex(columns=["allocated", "idle", "used", "unknown"])
     usd = frame.pivot_table(index=keys, columns="family", values="usd", aggfunc="sum")
@@ -536,9 +584,9 @@ def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd
     series[["idle_gpu_hours", "unknown_gpu_hours"]] = series[["idle_gpu_hours", "unknown_gpu_hours"]].fillna(
         0.0
     )
-    usd = price_of(series["pool"])
-    series["cost_usd"] = series["allocated_gpu_hours"].to_numpy() * usd
-    series["waste_usd"] = series["idle_gpu_hours"].to_numpy() * usd
+    series = series.merge(_priced(sums.pod_allocated, hours, price_of, keys, "cost_usd"), on=keys, how="left")
+    series = series.merge(_priced(sums.pod_idle, hours, price_of, keys, "waste_usd"), on=keys, how="left")
+    series["waste_usd"] = series["waste_usd"].fillna(0.0)
     series = series.merge(_last_seen(sums), on=keys, how="left")
     # A pod seen under several label sets (moved node, relabelled team pool) is one workload: sums add
     # up, and node, pool, gpus and idle_since are those of the series it was last seen in.

@@ -17,17 +17,20 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
+import pandas as pd
 import pytest
 
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.history import NoHistoryError, read_history
-from gpuwatch.model import LEDGER_STATES, Window
+from gpuwatch.history import NoHistoryError, price_cuts, read_history, read_pieces
+from gpuwatch.model import LEDGER_STATES, DatedPrice, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
 from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
 
@@ -193,6 +196,38 @@ def test_the_pieces_a_window_is_read_in_do_not_change_it(
         assert got.keys() == expected.keys()
         for key, row in expected.items():
             _same_row(got[key], row, rel=rel)
+
+
+def test_a_price_change_cuts_the_pieces_and_changes_no_number(
+    fleet: SimulatedFleet, settings: Settings, history: Report
+) -> None:
+    # A dated price taking effect mid-hour, at the price it replaces: the window is read as the stretches
+    # on either side (part-hours raw around it), no piece spans it, and every number stays as it was.
+    cut = fleet.window.start + timedelta(hours=7, minutes=30)
+    product, price = next((k, v) for k, v in settings.pricing.products.items() if isinstance(v, float))
+    dated = (
+        DatedPrice(start=fleet.window.start - timedelta(days=365), usd_per_gpu_hour=price),
+        DatedPrice(start=cut, usd_per_gpu_hour=price),
+    )
+    products = {**settings.pricing.products, product: dated}
+    changed = replace(settings, pricing=replace(settings.pricing, products=products))
+    assert price_cuts(changed, fleet.window) == (cut,)
+    prometheus = PrometheusSource.from_settings(settings.prometheus)
+    try:
+        pieces = read_pieces(prometheus, fleet.window, cuts=price_cuts(changed, fleet.window))
+    finally:
+        prometheus.close()
+    ends = pieces["end"]
+    starts = ends - pd.to_timedelta(pieces["seconds"], unit="s")
+    assert pd.Timestamp(cut) in set(ends) and not ((starts < cut) & (ends > cut)).any()
+    assert pieces["seconds"].sum() == pytest.approx(fleet.window.duration_seconds)
+    pieced = build_history_report(read_history(changed, fleet.window))
+    assert pieced["fleet"]["cost_usd"] == pytest.approx(history["fleet"]["cost_usd"], rel=1e-9)
+    for section, keys in SECTIONS.items():
+        got, expected = _rows(pieced, section, *keys), _rows(history, section, *keys)
+        assert got.keys() == expected.keys()
+        for key, row in expected.items():
+            _same_row(got[key], row)
 
 
 def test_a_window_without_gpuwatch_series_has_no_history(fleet: SimulatedFleet, settings: Settings) -> None:

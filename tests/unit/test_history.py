@@ -3,7 +3,7 @@
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonschema
@@ -12,7 +12,15 @@ import pytest
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
-from gpuwatch.history import IDLE_FAMILIES, assemble, idle_workloads, merge_covered, wants_history
+from gpuwatch.history import (
+    IDLE_FAMILIES,
+    assemble,
+    idle_workloads,
+    merge_covered,
+    price_cuts,
+    wants_history,
+    workload_table,
+)
 from gpuwatch.model import Budgets, DatedPrice, PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render, workload_rows
 from gpuwatch.sources import promql
@@ -64,9 +72,12 @@ SETTINGS = Settings(
 IDLE_SINCE = datetime(2026, 11, 18, 23, 40, tzinfo=UTC)
 
 
-def _sums(samples: Sequence[float] = SAMPLES, **rows: list[tuple[Any, ...]]) -> HistorySums:
+def _sums(
+    samples: Sequence[float] = SAMPLES, pieces: pd.DataFrame | None = None, **rows: list[tuple[Any, ...]]
+) -> HistorySums:
     """HistorySums from rows (piece, *labels, value), or (*labels, value) for the *_now frames."""
-    pieces = window_pieces(WINDOW).assign(samples=list(samples))
+    if pieces is None:
+        pieces = window_pieces(WINDOW).assign(samples=list(samples))
     frames = {}
     for name, labels in LABELS.items():
         columns = [*labels, "value"]
@@ -376,22 +387,63 @@ def test_nothing_but_empty_frames_is_a_report() -> None:
     assert report["teams"] == report["workloads"] == report["pools"] == []
 
 
-def test_a_price_change_inside_the_window_is_named_and_the_book_prices_at_the_windows_end() -> None:
-    change = datetime(2026, 11, 18, 12, tzinfo=UTC)
+def test_a_price_change_inside_the_window_prices_each_piece_at_its_rate() -> None:
+    """A day cut at a price change at 12:00 (read_pieces(cuts=price_cuts())): two pieces of 720 samples
+    of 60 s. ACME publishes no price (the book's: $3 until 12:00, $2 after); the H100 publishes $4 in the
+    morning and $5 in the afternoon. Pod a holds 2 ACME GPUs all day, idle in the afternoon; pod h holds
+    1 H100 all day, idle in the morning."""
+    change = datetime(2026, 11, 17, 12, tzinfo=UTC)
+    window = Window(start=WINDOW.start, end=WINDOW.start + timedelta(days=1), step_seconds=60)
     dated = (
         DatedPrice(start=WINDOW.start, usd_per_gpu_hour=3.0),
         DatedPrice(start=change, usd_per_gpu_hour=2.0),
     )
     settings = Settings(pricing=PriceBook(products={ACME: dated}))
-    report = build_history_report(assemble(_fleet(), window=WINDOW, settings=settings))
-    assert (
-        f"the price of {ACME} changes at 2026-11-18T12:00:00Z, inside the window: the history path prices "
-        "workloads, namespaces, pools and the fleet at each pool's time-averaged published price, teams at "
-        "every sample's (--source raw prices every sample)"
-    ) in report["coverage"]["warnings"]
-    # ACME publishes no price: the book's, in force at the window's end, stands in for it.
-    assert {p["pool"]: p.get("usd_per_gpu_hour") for p in report["pools"]}[ACME] == 2.0
-    assert not any(w.startswith("unknown product ACME") for w in report["coverage"]["warnings"])
+    assert price_cuts(settings, window) == (change,)
+    pieces = pd.DataFrame(
+        {
+            "piece": [0, 1],
+            "end": pd.to_datetime([change, window.end], utc=True),
+            "seconds": [43_200.0, 43_200.0],
+            "samples": [720.0, 720.0],
+        }
+    )
+    a, h = ("ml", "a", "ml", "n1", ACME), ("ml", "h", "ml", "n2", H100)
+    n = 720
+    sums = _sums(
+        pieces=pieces,
+        pool_states=[
+            (0, ACME, "allocated_active", 2 * n),
+            (1, ACME, "allocated_idle", 2 * n),
+            (0, H100, "allocated_idle", n),
+            (1, H100, "allocated_active", n),
+        ],
+        team_states=[(0, "ml", "allocated_active", 2 * n), (1, "ml", "allocated_idle", 2 * n)],
+        pod_allocated=[(0, *a, 2 * n), (1, *a, 2 * n), (0, *h, n), (1, *h, n)],
+        pod_idle=[(1, *a, 2 * n), (0, *h, n)],
+        pod_last_allocated=[(1, *a, 2.0), (1, *h, 1.0)],
+        price_sum=[(0, H100, 4.0 * n), (1, H100, 5.0 * n)],
+        price_count=[(0, H100, n), (1, H100, n)],
+    )
+    report = build_history_report(assemble(sums, window=window, settings=settings))
+    workloads = {w["pod"]: w for w in report["workloads"]}
+    costs = workload_table(sums, settings=settings).set_index("pod")["cost_usd"]
+    # a: 24 GPU-h at $3 and 24 at $2; idle only in the afternoon, at $2.
+    assert costs["a"] == pytest.approx(24 * 3.0 + 24 * 2.0)
+    assert workloads["a"]["waste_usd"] == pytest.approx(24 * 2.0)
+    # h: 12 GPU-h at the published $4, 12 at $5; idle in the morning, at $4.
+    assert costs["h"] == pytest.approx(12 * 4.0 + 12 * 5.0)
+    assert workloads["h"]["waste_usd"] == pytest.approx(12 * 4.0)
+    idle = idle_workloads(sums, settings=settings).set_index("pod")["waste_usd"]
+    assert idle.to_dict() == pytest.approx({"a": 48.0, "h": 48.0})
+    (namespace,) = report["namespaces"]
+    assert namespace["cost_usd"] == pytest.approx(120.0 + 108.0)
+    assert namespace["waste_usd"] == pytest.approx(48.0 + 48.0)
+    assert report["fleet"]["cost_usd"] == pytest.approx(228.0)
+    assert report["fleet"]["waste_usd"] == pytest.approx(96.0)
+    # The pool's price shown: its published mean, else the book's at the window's end.
+    assert {p["pool"]: p["usd_per_gpu_hour"] for p in report["pools"]} == {ACME: 2.0, H100: 4.5}
+    assert not any("changes at" in w for w in report["coverage"]["warnings"])
 
 
 def test_table_names_the_path() -> None:

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Final
 
-from gpuwatch.history import assemble, read_pieces, read_sums, scope_sums
+from gpuwatch.history import assemble, price_cuts, read_pieces, read_sums, scope_sums
 from gpuwatch.model import Window
 from gpuwatch.report import Report, build_history_report
 from gpuwatch.service import FleetService
@@ -73,7 +73,8 @@ def trend_report(service: FleetService, window: Window, scope: Scope, *, compute
     prometheus = service.sources.recorded()
     if prometheus is None or scope.pools or scope.products or not prefers_recorded(service, window):
         return open_view(service, window, computed_at=computed_at).scoped(scope).summary
-    sums = scope_sums(read_sums(prometheus, window, pods=False), teams=scope.teams)
+    cuts = price_cuts(service.settings, window)
+    sums = scope_sums(read_sums(prometheus, window, pods=False, cuts=cuts), teams=scope.teams)
     history = assemble(
         sums, window=window, settings=service.settings, source_warnings=prometheus.take_warnings()
     )
@@ -97,7 +98,7 @@ def read_recorded(
     step = min(window.step_seconds, PRESENT_STEP_SECONDS)
     last_step = Window(start=window.end - timedelta(seconds=step), end=window.end, step_seconds=step)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        pieces = pool.submit(read_pieces, prometheus, window)
+        pieces = pool.submit(read_pieces, prometheus, window, cuts=price_cuts(service.settings, window))
         timeline_read = pool.submit(
             history_timeline, prometheus, window, bucket_seconds=recorded_bucket_seconds(window)
         )
