@@ -162,3 +162,65 @@ DCGM_SAMPLES = Contract(
         "util_source": "str",
     },
 )
+
+# The input of counter_increase_joules: per GPU (or MIG instance) series and sample, whole-GPU values in
+# base units. Extra columns (gpu_instance_id, node, ...) are allowed and ignored.
+ENERGY_SAMPLES = Contract(
+    "energy_samples",
+    {"timestamp": "time", "uuid": "str", "energy_joules": "float", "power_watts": "float"},
+)
+# Per physical GPU and sample: the energy it drew in the sample (NaN = unknown) and where that came from.
+GPU_ENERGY = Contract(
+    "gpu_energy",
+    {"timestamp": "time", "uuid": "str", "energy_joules": "float", "energy_source": "str"},
+)
+# Per pod, GPU and sample: the pod's part of the GPU's energy; namespace/pod/team "" = the unheld part.
+ATTRIBUTED_ENERGY = Contract(
+    "attributed_energy",
+    {
+        "timestamp": "time",
+        "namespace": "str",
+        "pod": "str",
+        "team": "str",
+        "node": "str",
+        "pool": "str",
+        "uuid": "str",
+        "ge_share": "float",
+        "energy_joules": "float",
+    },
+)
+
+# Right-sizing (analytics.rightsize): one row per workload (a pod) over a window. pool: the normalized
+# product of its GPUs; gpus: GE held; p95_busy_ge: 95th percentile over its samples of Σ util × GE share
+# (NaN unknown); peak_fb_bytes: the largest framebuffer its units used together at one sample (NaN
+# unknown); telemetry_ratio: share of its allocated samples with known utilization.
+RIGHTSIZE_WORKLOADS = Contract(
+    "rightsize_workloads",
+    {
+        "namespace": "str",
+        "pod": "str",
+        "team": "str",
+        "pool": "str",
+        "gpus": "float",
+        "allocated_gpu_hours": "float",
+        "p95_busy_ge": "float",
+        "peak_fb_bytes": "float",
+        "telemetry_ratio": "float",
+    },
+)
+# RIGHTSIZE_WORKLOADS plus what recommend() says of each.
+RIGHTSIZE_RECOMMENDATIONS = Contract(
+    "rightsize_recommendations",
+    {
+        **RIGHTSIZE_WORKLOADS.columns,
+        "recommendation_kind": "str",
+        "recommendation_target": "str",
+        "target_ge": "float",
+        "monthly_savings_usd": "float",
+        "recommendation_reason": "str",
+    },
+)
+RIGHTSIZE_PACKING = Contract(
+    "rightsize_packing",
+    {"pool": "str", "gpus_before": "int", "gpus_after": "int", "gpus_freed": "int"},
+)

@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 from pandas.testing import assert_frame_equal
 
 from gpuwatch.analytics.energy import (
-    ATTRIBUTED_ENERGY,
-    GPU_ENERGY,
     JOULES_PER_KWH,
     attribute_energy,
     counter_increase_joules,
@@ -22,7 +20,7 @@ from gpuwatch.analytics.energy import (
     tariff_at,
 )
 from gpuwatch.errors import DataError
-from gpuwatch.schema import ATTRIBUTED
+from gpuwatch.schema import ATTRIBUTED, ATTRIBUTED_ENERGY, GPU_ENERGY
 
 STEP = 60
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")

@@ -11,7 +11,6 @@ from pandas.testing import assert_frame_equal
 
 from gpuwatch.analytics.rightsize import (
     BYTES_PER_GIB,
-    WORKLOADS,
     RightsizeParams,
     framebuffer_bytes,
     gpu_model,
@@ -22,6 +21,7 @@ from gpuwatch.analytics.rightsize import (
     workload_usage,
 )
 from gpuwatch.errors import ConfigError, DataError
+from gpuwatch.schema import RIGHTSIZE_WORKLOADS
 
 A100, H100, L4, T4, A30 = (
     "NVIDIA-A100-SXM4-80GB",
@@ -40,7 +40,8 @@ Row = tuple[str, str, float, float, float, float, float]
 
 
 def workloads(rows: list[Row], index: list[int] | None = None) -> pd.DataFrame:
-    """WORKLOADS from (pod, pool, gpus, allocated_gpu_hours, p95_busy_ge, peak GiB, telemetry_ratio)."""
+    """RIGHTSIZE_WORKLOADS from (pod, pool, gpus, allocated_gpu_hours, p95_busy_ge, peak GiB,
+    telemetry_ratio)."""
     frame = pd.DataFrame(
         {
             "namespace": pd.Series(["ml"] * len(rows), dtype="str"),
@@ -56,7 +57,7 @@ def workloads(rows: list[Row], index: list[int] | None = None) -> pd.DataFrame:
     )
     if index is not None:
         frame.index = pd.Index(index)
-    return WORKLOADS.check(frame)
+    return RIGHTSIZE_WORKLOADS.check(frame)
 
 
 def expected(

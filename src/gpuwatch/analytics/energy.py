@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike, NDArray
 from gpuwatch.analytics.ledger import group_codes
 from gpuwatch.errors import DataError
 from gpuwatch.model import EnergyTariff
-from gpuwatch.schema import ATTRIBUTED, Contract, categorical_strings
+from gpuwatch.schema import ATTRIBUTED, ATTRIBUTED_ENERGY, ENERGY_SAMPLES, GPU_ENERGY, categorical_strings
 
 JOULES_PER_KWH: Final = 3.6e6
 # Summed GE shares carry float noise (3/7 + 4/7 is not exactly 1): a remainder below this is none.
@@ -19,33 +19,6 @@ EPSILON_GE: Final = 1e-9
 SOURCE_COUNTER: Final = "counter"
 SOURCE_POWER: Final = "power"
 _SOURCES: Final = ("", SOURCE_COUNTER, SOURCE_POWER)
-
-# The input of counter_increase_joules: per GPU (or MIG instance) series and sample, whole-GPU values in
-# base units. Extra columns (gpu_instance_id, node, ...) are allowed and ignored.
-ENERGY_SAMPLES: Final = Contract(
-    "energy_samples",
-    {"timestamp": "time", "uuid": "str", "energy_joules": "float", "power_watts": "float"},
-)
-# Per physical GPU and sample: the energy it drew in the sample (NaN = unknown) and where that came from.
-GPU_ENERGY: Final = Contract(
-    "gpu_energy",
-    {"timestamp": "time", "uuid": "str", "energy_joules": "float", "energy_source": "str"},
-)
-# Per pod, GPU and sample: the pod's part of the GPU's energy; namespace/pod/team "" = the unheld part.
-ATTRIBUTED_ENERGY: Final = Contract(
-    "attributed_energy",
-    {
-        "timestamp": "time",
-        "namespace": "str",
-        "pod": "str",
-        "team": "str",
-        "node": "str",
-        "pool": "str",
-        "uuid": "str",
-        "ge_share": "float",
-        "energy_joules": "float",
-    },
-)
 
 Int64s = NDArray[np.int64]
 Floats = NDArray[np.float64]

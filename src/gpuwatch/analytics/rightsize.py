@@ -13,7 +13,7 @@ import pandas as pd
 from gpuwatch.analytics.ledger import group_codes
 from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import HOURS_PER_MONTH, MIG_SLICES_PER_GPU, mig_profile_slices, normalize_product
-from gpuwatch.schema import Contract
+from gpuwatch.schema import RIGHTSIZE_PACKING, RIGHTSIZE_RECOMMENDATIONS, RIGHTSIZE_WORKLOADS
 from gpuwatch.units import BYTES_PER_MIB
 
 Floats = npt.NDArray[np.float64]
@@ -195,41 +195,6 @@ class RightsizeParams:
 
 DEFAULT_PARAMS: Final = RightsizeParams()
 
-# One row per workload (a pod) over a window. pool: the normalized product of its GPUs; gpus: GE held;
-# p95_busy_ge: 95th percentile over its samples of Σ util × GE share (NaN unknown); peak_fb_bytes: the
-# largest framebuffer its units used together at one sample (NaN unknown); telemetry_ratio: share of
-# its allocated samples with known utilization.
-WORKLOADS = Contract(
-    "rightsize_workloads",
-    {
-        "namespace": "str",
-        "pod": "str",
-        "team": "str",
-        "pool": "str",
-        "gpus": "float",
-        "allocated_gpu_hours": "float",
-        "p95_busy_ge": "float",
-        "peak_fb_bytes": "float",
-        "telemetry_ratio": "float",
-    },
-)
-# WORKLOADS plus what recommend() says of each.
-RECOMMENDATIONS = Contract(
-    "rightsize_recommendations",
-    {
-        **WORKLOADS.columns,
-        "recommendation_kind": "str",
-        "recommendation_target": "str",
-        "target_ge": "float",
-        "monthly_savings_usd": "float",
-        "recommendation_reason": "str",
-    },
-)
-PACKING = Contract(
-    "rightsize_packing",
-    {"pool": "str", "gpus_before": "int", "gpus_after": "int", "gpus_freed": "int"},
-)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Candidate:
@@ -251,7 +216,8 @@ def recommend(
     window_hours: float,
     params: RightsizeParams = DEFAULT_PARAMS,
 ) -> pd.DataFrame:
-    """RECOMMENDATIONS: each WORKLOADS row (same index, same order) with its smallest fit and its dollars.
+    """RIGHTSIZE_RECOMMENDATIONS: each RIGHTSIZE_WORKLOADS row (same index, same order) with its
+    smallest fit and its dollars.
 
     usd_per_gpu_hour: price per GPU-hour of each pool at the window's end (keys normalized like pools;
     the caller resolves the price book). window_hours: the window's length.
@@ -279,7 +245,7 @@ def recommend(
     = allocated_gpu_hours / gpus (capped at the window): a workload that held its GPUs for a tenth of
     the window saves a tenth of a full month's difference. 0.0 for keep, NaN for unknown.
     """
-    WORKLOADS.check(workloads)
+    RIGHTSIZE_WORKLOADS.check(workloads)
     if not window_hours > 0:
         raise DataError(f"window_hours must be positive, got {window_hours}")
     prices = {normalize_product(pool): float(price) for pool, price in usd_per_gpu_hour.items()}
@@ -386,7 +352,7 @@ def recommend(
         monthly_savings_usd=pd.Series(savings, index=workloads.index, dtype="float64"),
         recommendation_reason=pd.Series(reason, index=workloads.index, dtype="str"),
     )
-    return RECOMMENDATIONS.check(out)
+    return RIGHTSIZE_RECOMMENDATIONS.check(out)
 
 
 def _unknown_reasons(
@@ -544,7 +510,8 @@ def packed_gpus(shares_ge: npt.ArrayLike) -> int:
 
 
 def packing_estimate(recommendations: pd.DataFrame) -> pd.DataFrame:
-    """PACKING per pool (sorted): whole GPUs its workloads need today and with every recommendation applied.
+    """RIGHTSIZE_PACKING per pool (sorted): whole GPUs its workloads need today and with every
+    recommendation applied.
 
     gpus_before packs each workload's current GE share (packed_gpus); gpus_after packs target_ge of the
     gpus / mig / time_slice recommendations in their pool and of product recommendations in the target
@@ -553,7 +520,7 @@ def packing_estimate(recommendations: pd.DataFrame) -> pd.DataFrame:
     pool's nodes, ignoring node boundaries, MIG placement and memory-slice rules, and that a GPU is
     either MIG-partitioned or time-sliced, not both.
     """
-    RECOMMENDATIONS.check(recommendations)
+    RIGHTSIZE_RECOMMENDATIONS.check(recommendations)
     kind = recommendations["recommendation_kind"].astype("str").to_numpy()
     pool = recommendations["pool"].astype("str").to_numpy()
     target = recommendations["recommendation_target"].astype("str").to_numpy()
@@ -575,7 +542,7 @@ def packing_estimate(recommendations: pd.DataFrame) -> pd.DataFrame:
             "gpus_freed": gpus_before - gpus_after,
         }
     )
-    return PACKING.check(out)
+    return RIGHTSIZE_PACKING.check(out)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -583,7 +550,7 @@ def packing_estimate(recommendations: pd.DataFrame) -> pd.DataFrame:
 
 
 def workload_usage(marked: pd.DataFrame, *, step_seconds: float) -> pd.DataFrame:
-    """WORKLOADS of a window: per workload (namespace, pod, team) of IDLE_MARKED rows (with
+    """RIGHTSIZE_WORKLOADS of a window: per workload (namespace, pod, team) of IDLE_MARKED rows (with
     fb_used_bytes where known), its pool and GE at its last sample, allocated GE-hours, the 95th
     percentile over its samples of its busy GE (Σ util × GE share over its units with known
     utilization; samples with none are left out), its peak framebuffer (Σ over its units at one
@@ -633,4 +600,4 @@ def workload_usage(marked: pd.DataFrame, *, step_seconds: float) -> pd.DataFrame
     )
     numbers = ["gpus", "allocated_gpu_hours", "p95_busy_ge", "peak_fb_bytes", "telemetry_ratio"]
     out = out.astype(dict.fromkeys(numbers, "float64")).sort_values(list(keys), ignore_index=True)
-    return WORKLOADS.check(out[list(WORKLOADS.columns)])
+    return RIGHTSIZE_WORKLOADS.check(out[list(RIGHTSIZE_WORKLOADS.columns)])
