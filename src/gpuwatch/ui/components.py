@@ -130,12 +130,35 @@ def kpi(label: str, value: str, kpi_id: str, *, tone: str = "", hint: str = "") 
     )
 
 
-def two_lines(value: str, detail: str, *, alert: bool = False) -> html.Div:
-    """A numeric cell's value over a muted line that qualifies it (red when `alert`): one column, not two."""
-    return html.Div(
-        [html.Div(value), html.Div(detail, className="gw-alert-detail" if alert else "gw-muted")],
-        className="gw-two-lines",
-    )
+@dataclass(frozen=True, slots=True)
+class TwoLines:
+    """A numeric cell's value over a muted line that qualifies it (red when `alert`): one column, not two.
+    A table draws it as HTML in its one component (table()), not as components of its own."""
+
+    value: str
+    detail: str
+    alert: bool = False
+
+    @property
+    def detail_class(self) -> str:
+        return "gw-alert-detail" if self.alert else "gw-muted"
+
+    def component(self) -> html.Div:
+        return html.Div(
+            [html.Div(self.value), html.Div(self.detail, className=self.detail_class)],
+            className="gw-two-lines",
+        )
+
+    def markup(self) -> str:
+        return (
+            f'<div class="gw-two-lines"><div>{escape(self.value)}</div>'
+            f'<div class="{self.detail_class}">{escape(self.detail)}</div></div>'
+        )
+
+
+def two_lines(value: str, detail: str, *, alert: bool = False) -> TwoLines:
+    """A numeric cell's value over a muted line that qualifies it (red when `alert`)."""
+    return TwoLines(value, detail, alert)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +184,8 @@ def _cell(column: Column, row: Mapping[str, Any], query: str) -> html.Td:
     value = row.get(column.key)
     if isinstance(value, html.Div | dcc.Graph):
         content: Any = value
+    elif isinstance(value, TwoLines):
+        content = value.component()
     else:
         content = FORMATS[column.kind](value)
         if column.href is not None:
@@ -177,7 +202,10 @@ def _html_table(
 
     def cell(column: Column, row: Mapping[str, Any]) -> str:
         value = row.get(column.key)
-        text = escape(" ".join(FORMATS[column.kind](value).splitlines()))  # a blank line would end the HTML
+        if isinstance(value, TwoLines):
+            text = value.markup()
+        else:  # a blank line would end the HTML
+            text = escape(" ".join(FORMATS[column.kind](value).splitlines()))
         if column.href is not None:
             text = f'<a href="{escape(column.href(row) + query)}">{text}</a>'
         classes = column.cell_class(value)

@@ -7,7 +7,7 @@ import pandas as pd
 from dash import Input, Output, callback, dcc, html
 
 from gpuwatch.ui import figures, ids
-from gpuwatch.ui.components import Column, as_of, load, loaded_banner, page, table, two_lines, usd
+from gpuwatch.ui.components import Column, TwoLines, as_of, load, loaded_banner, page, table, two_lines, usd
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
@@ -62,7 +62,7 @@ def _sparklines(view: View) -> dict[str, dcc.Graph]:
     }
 
 
-def _budget(row: dict[str, Any]) -> html.Div:
+def _budget(row: dict[str, Any]) -> TwoLines:
     """The month's forecast over the share of the monthly budget it spends, red when over budget."""
     over = (row.get("budget_use") or 0.0) > 1.0
     return two_lines(usd(row["forecast_month_usd"]), budget_text(row), alert=over)
