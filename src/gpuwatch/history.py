@@ -304,8 +304,10 @@ def assemble(
     names = pools["pool"].astype("str")
     end = window.end
     pools["usd_per_gpu_hour"] = [prices.get(p, settings.pricing.usd_per_gpu_hour(p, end)) for p in names]
-    stranded = state_usd[state_usd.index.get_level_values("state") == "stranded"].droplevel("state")
-    pools["stranded_cost_usd"] = stranded.reindex(names).fillna(0.0).to_numpy()
+    for state in LEDGER_STATES:  # <state>_usd: each piece's GE-hours at its price, summed
+        usd = state_usd[state_usd.index.get_level_values("state") == state].droplevel("state")
+        pools[f"{state}_usd"] = usd.reindex(names).fillna(0.0).to_numpy()
+    pools["stranded_cost_usd"] = pools["stranded_usd"]
     step = window.step_seconds
     warnings = [*source_warnings, *(gap_warnings(sums.pieces, partial=True) if gaps is None else gaps)]
     default = settings.pricing.default_usd_per_gpu_hour

@@ -425,7 +425,15 @@ def test_a_price_change_inside_the_window_prices_each_piece_at_its_rate() -> Non
         price_sum=[(0, H100, 4.0 * n), (1, H100, 5.0 * n)],
         price_count=[(0, H100, n), (1, H100, n)],
     )
-    report = build_history_report(assemble(sums, window=window, settings=settings))
+    history = assemble(sums, window=window, settings=settings)
+    report = build_history_report(history)
+    # Each pool's dollars per ledger state (the Waste page's ledger in dollars).
+    pools = history.tables["pool"].set_index("pool")
+    assert pools.loc[ACME, "allocated_active_usd"] == pytest.approx(2 * 12 * 3.0)
+    assert pools.loc[ACME, "allocated_idle_usd"] == pytest.approx(2 * 12 * 2.0)
+    assert pools.loc[H100, "allocated_idle_usd"] == pytest.approx(12 * 4.0)
+    assert pools.loc[H100, "allocated_active_usd"] == pytest.approx(12 * 5.0)
+    assert pools.loc[H100, "unallocated_usd"] == 0.0
     workloads = {w["pod"]: w for w in report["workloads"]}
     costs = workload_table(sums, settings=settings).set_index("pod")["cost_usd"]
     # a: 24 GPU-h at $3 and 24 at $2; idle only in the afternoon, at $2.

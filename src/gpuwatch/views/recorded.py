@@ -361,10 +361,7 @@ class RecordedView(FleetView):
 
     def state_usd(self) -> dict[str, float]:
         pools = self.history.tables["pool"]
-        usd = pools["usd_per_gpu_hour"].to_numpy(dtype=np.float64)
-        return {
-            s: float((pools[f"{s}_gpu_hours"].to_numpy(dtype=np.float64) * usd).sum()) for s in LEDGER_STATES
-        }
+        return {s: float(pools[f"{s}_usd"].sum()) for s in LEDGER_STATES}
 
     def nodes(self) -> pd.DataFrame:
         return self._nodes.reset_index(drop=True)
