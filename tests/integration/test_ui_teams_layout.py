@@ -22,7 +22,7 @@ BOXES = """() => {
     const w = box(wrap);
     return {spark: [s.left, s.right, s.top, s.bottom], card: [card.left, card.right, card.top, card.bottom],
             visible: [w.left, w.left + wrap.clientWidth], scrolls: wrap.scrollWidth > wrap.clientWidth,
-            drawn: spark.querySelector('svg.main-svg') !== null};
+            drawn: spark.querySelector('polygon') !== null};
   });
 }"""
 
@@ -38,7 +38,7 @@ def base_url() -> Iterator[str]:
 def test_every_sparkline_lies_inside_its_card(base_url: str, width: int) -> None:
     with browser_page(width, 1000) as (page, errors):
         page.goto(f"{base_url}/teams")
-        page.wait_for_selector("#table-teams .gw-spark svg.main-svg", timeout=180_000)
+        page.wait_for_selector("#table-teams svg.gw-spark polygon", timeout=180_000)
         settle(page)
         rows = page.locator("#table-teams tbody tr").count()
         boxes = page.evaluate(BOXES)

@@ -8,8 +8,8 @@ import pandas as pd
 from dash import dcc
 
 from gpuwatch.model import LEDGER_STATES
-from gpuwatch.ui.components import Column, first_nodes, table
-from gpuwatch.ui.figures import waste_treemap
+from gpuwatch.ui.components import Column, Markup, first_nodes, table, two_lines
+from gpuwatch.ui.figures import sparkline_svg, waste_treemap
 from gpuwatch.ui.rows import free_gpus, gpu_marks, gpus_to_look_at
 
 
@@ -149,6 +149,33 @@ def test_a_table_holding_components_keeps_them() -> None:
     section = table("t", "T", [Column("trend", "trend")], [{"trend": spark}])
     assert _markdown(section) == []
     assert "spark" in str(section)
+
+
+def test_two_line_and_sparkline_cells_are_drawn_in_the_tables_html() -> None:
+    # Two buckets a minute apart and one 2 min later: held 2, 2, 0 GE; used 1, unknown, 0.
+    frame = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(["2026-11-20T00:00Z", "2026-11-20T00:01Z", "2026-11-20T00:02Z"]),
+            "held_ge": [2.0, 2.0, 0.0],
+            "used_ge": [1.0, math.nan, 0.0],
+        }
+    )
+    svg = sparkline_svg(frame)
+    # 120 x 34 px, 2 px padding: y = 2 + (1 - v / 2) * 30; the area closes on the baseline (y 32).
+    assert 'width="120" height="34"' in svg
+    assert '<polygon points="0.0,32.0 0.0,2.0 60.0,2.0 120.0,32.0 120.0,32.0"' in svg
+    assert '<polyline class="held" points="0.0,2.0 60.0,2.0 120.0,32.0"' in svg
+    # The used line breaks at the unknown bucket: two runs, never a 0 drawn for it.
+    assert svg.count('<polyline class="used"') == 2
+    assert 'class="used" points="0.0,17.0"' in svg and 'class="used" points="120.0,32.0"' in svg
+    rows = [{"team": "a<b", "idle": two_lines("1.50", "held <1 GiB>", alert=True), "trend": Markup(svg)}]
+    columns = [Column("team", "team"), Column("idle", "idle", "num"), Column("trend", "trend")]
+    (markdown,) = _markdown(table("t", "T", columns, rows))
+    assert (
+        '<td class="n" data-col="idle"><div class="gw-two-lines"><div>1.50</div>'
+        '<div class="gw-alert-detail">held &lt;1 GiB&gt;</div></div></td>'
+    ) in markdown.children
+    assert f'<td data-col="trend">{svg}</td>' in markdown.children
 
 
 def test_a_gpu_is_marked_only_by_what_is_known_about_it() -> None:

@@ -3,6 +3,8 @@
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -363,38 +365,48 @@ def waste_treemap(
 SPARK_WIDTH_PX, SPARK_HEIGHT_PX = 120, 34
 
 
-def sparkline(frame: pd.DataFrame) -> go.Figure:
-    """A tiny held-vs-used trend (timestamp, held_ge, used_ge) for a table cell."""
-    fig = go.Figure(
-        [
-            go.Scatter(
-                x=frame["timestamp"],
-                y=frame["held_ge"],
-                mode="lines",
-                line={"width": 1, "color": STATE_COLOURS["allocated_idle"]},
-                fill="tozeroy",
-                fillcolor="rgba(255,127,14,0.18)",
-            ),
-            go.Scatter(
-                x=frame["timestamp"],
-                y=frame["used_ge"],
-                mode="lines",
-                line={"width": 1.2, "color": USED_COLOUR},
-            ),
-        ]
+def sparkline_svg(frame: pd.DataFrame) -> str:
+    """A tiny held-vs-used trend (timestamp, held_ge, used_ge) for a table cell, as inline SVG markup
+    (drawn in the table's HTML: no chart per row): GE held as a filled area, GE used as a line broken
+    where unknown; x by time, y from 0 to the larger peak."""
+    width, height, pad = SPARK_WIDTH_PX, SPARK_HEIGHT_PX, 2
+    seconds = pd.to_datetime(frame["timestamp"], utc=True).astype("int64").to_numpy() / 1e9
+    held = np.nan_to_num(frame["held_ge"].to_numpy(dtype=np.float64), nan=0.0)
+    used = frame["used_ge"].to_numpy(dtype=np.float64)
+    if len(seconds) == 1:  # one bucket: a level line across
+        seconds, held, used = np.array([0.0, 1.0]), np.repeat(held, 2), np.repeat(used, 2)
+    span = float(seconds.max() - seconds.min()) if len(seconds) else 0.0
+    x = (seconds - seconds.min()) / span * width if span > 0 else np.zeros(len(seconds))
+    peaks = [float(v.max()) for v in (held, used[np.isfinite(used)]) if len(v)]
+    top = max([*peaks, 0.0]) or 1.0
+
+    def y(values: "npt.NDArray[np.float64]") -> "npt.NDArray[np.float64]":
+        return pad + (1.0 - values / top) * (height - 2 * pad)
+
+    def points(xs: "npt.NDArray[np.float64]", ys: "npt.NDArray[np.float64]") -> str:
+        return " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(xs, ys, strict=True))
+
+    base = height - pad
+    shapes = []
+    if len(x):
+        area = points(np.concatenate([[x[0]], x, [x[-1]]]), np.concatenate([[base], y(held), [base]]))
+        shapes.append(f'<polygon points="{area}" fill="rgba(255,127,14,0.18)" stroke="none"/>')
+        shapes.append(
+            f'<polyline class="held" points="{points(x, y(held))}" fill="none" '
+            f'stroke="{STATE_COLOURS["allocated_idle"]}" stroke-width="1"/>'
+        )
+    known = np.isfinite(used)
+    breaks = np.flatnonzero(np.diff(known.astype(np.int8))) + 1
+    for run in np.split(np.arange(len(used)), breaks):
+        if len(run) and known[run[0]]:
+            shapes.append(
+                f'<polyline class="used" points="{points(x[run], y(used[run]))}" fill="none" '
+                f'stroke="{USED_COLOUR}" stroke-width="1.2"/>'
+            )
+    return (
+        f'<svg class="gw-spark" role="img" aria-label="GPUs held and used over the window" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">{"".join(shapes)}</svg>'
     )
-    fig.update_layout(
-        height=SPARK_HEIGHT_PX,
-        width=SPARK_WIDTH_PX,
-        margin={"l": 0, "r": 0, "t": 2, "b": 2},
-        showlegend=False,
-        template="plotly_white",
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-    )
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, rangemode="tozero")
-    return fig
 
 
 def team_trend(frame: pd.DataFrame) -> go.Figure:

@@ -4,18 +4,16 @@ from typing import Any
 
 import dash
 import pandas as pd
-from dash import Input, Output, callback, dcc, html
+from dash import Input, Output, callback, html
 
 from gpuwatch.ui import figures, ids
-from gpuwatch.ui.components import Column, TwoLines, as_of, load, loaded_banner, page, table, two_lines, usd
+from gpuwatch.ui.components import Column, Markup, as_of, load, loaded_banner, page, table, two_lines, usd
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
 from gpuwatch.ui.rows import budget_text, change_frame, quota_frame, quota_text, team_rows
 
 dash.register_page(__name__, path="/teams", name="Teams", title="gpuwatch · Teams", order=4)
-
-SPARK_CONFIG: Any = {"staticPlot": True, "displayModeBar": False}
 
 
 def layout(**_query: str) -> html.Div:
@@ -49,20 +47,15 @@ COLUMNS = [
 ]
 
 
-def _sparklines(view: View) -> dict[str, dcc.Graph]:
+def _sparklines(view: View) -> dict[str, Markup]:
+    """Each team's trend, drawn as SVG inside the table's HTML."""
     timeline = view.team_timeline()
     return {
-        str(team): dcc.Graph(
-            figure=figures.sparkline(rows),
-            config=SPARK_CONFIG,
-            className="gw-spark",
-            style={"height": f"{figures.SPARK_HEIGHT_PX}px", "width": f"{figures.SPARK_WIDTH_PX}px"},
-        )
-        for team, rows in timeline.groupby("team", sort=False)
+        str(team): Markup(figures.sparkline_svg(rows)) for team, rows in timeline.groupby("team", sort=False)
     }
 
 
-def _budget(row: dict[str, Any]) -> TwoLines:
+def _budget(row: dict[str, Any]) -> Markup:
     """The month's forecast over the share of the monthly budget it spends, red when over budget."""
     over = (row.get("budget_use") or 0.0) > 1.0
     return two_lines(usd(row["forecast_month_usd"]), budget_text(row), alert=over)
