@@ -262,6 +262,19 @@ class Amortization:
         return (self.purchase_usd - self.residual_usd) / (self.months * HOURS_PER_MONTH)
 
 
+def in_force(
+    starts: "npt.NDArray[np.float64]",
+    prices: "npt.NDArray[np.float64]",
+    seconds: "npt.ArrayLike",
+    *,
+    before: float,
+) -> "npt.NDArray[np.float64]":
+    """Of dated prices (each in force from its start, increasing epoch seconds, until the next), the one
+    in force at each of `seconds`; `before` where it is earlier than every start."""
+    k = np.searchsorted(starts, np.asarray(seconds, dtype=np.float64), side="right") - 1
+    return np.where(k >= 0, prices[np.maximum(k, 0)], before)
+
+
 # A product's price: one for all time, or dated prices (each from its start until the next).
 Price = float | tuple[DatedPrice, ...]
 
@@ -297,8 +310,7 @@ class PriceBook:
     def prices_at(self, product: str, seconds: "npt.NDArray[np.float64]") -> "npt.NDArray[np.float64]":
         """The price in force at each of `seconds` (epoch seconds), vectorized."""
         starts, prices = self.schedule(product)
-        k = np.searchsorted(starts, seconds, side="right") - 1
-        return np.where(k >= 0, prices[np.maximum(k, 0)], self.default_usd_per_gpu_hour)
+        return in_force(starts, prices, seconds, before=self.default_usd_per_gpu_hour)
 
     def rates(
         self, names: Sequence[str], codes: "npt.NDArray[np.intp]", seconds: "npt.NDArray[np.float64]"

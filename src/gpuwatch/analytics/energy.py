@@ -9,7 +9,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from gpuwatch.analytics.ledger import group_codes
 from gpuwatch.errors import DataError
-from gpuwatch.model import EnergyTariff
+from gpuwatch.model import EnergyTariff, in_force
 from gpuwatch.schema import ATTRIBUTED, ATTRIBUTED_ENERGY, ENERGY_SAMPLES, GPU_ENERGY, categorical_strings
 
 JOULES_PER_KWH: Final = 3.6e6
@@ -259,8 +259,7 @@ def tariff_at(starts_seconds: ArrayLike, usd_per_kwh: ArrayLike, seconds: ArrayL
         raise DataError("tariff: one price per start, at least one")
     if np.isnan(starts).any() or not (np.diff(starts) > 0).all():
         raise DataError("tariff: starts must be strictly increasing")
-    k = np.searchsorted(starts, at, side="right") - 1
-    return np.where(k >= 0, prices[np.maximum(k, 0)], np.nan)
+    return in_force(starts, prices, at, before=np.nan)
 
 
 # ----------------------------------------------------------------------------------------------------
