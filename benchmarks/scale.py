@@ -8,7 +8,8 @@
            page opened in headless Chromium for windows of 24 h, 7 d and 30 d ending at the world's end:
            the first visit of each window and page (cold) and the p95 of `--repeat` more (warm), to the
            moment Dash has no callback in flight; then the serve process's peak RSS (VmHWM).
-  report   `gpuwatch report --start <D days before the end> --end <end>` (a fresh process each time).
+  report   `gpuwatch report --start <D days before the end> --end <end>` (a fresh process each time): the
+           default terminal table (teams), then `--format json` (every workload of the window, ~50,000).
   exporter `gpuwatch export` cycles at G GPUs with the API server listing ~50,000 pods (--cpu-pods more
            without GPUs): CPU seconds and peak RSS of each cycle.
   compare  side by side in one run on a 1,000-GPU 7-day world holding DCGM and gpuwatch_* series: the
@@ -190,10 +191,10 @@ def time_pages(base: str, pid: int, repeat: int, windows: list[str], world: time
             print(f"  console errors: {errors[:3]}")
 
 
-def time_report(prometheus_url: str, kubeconfig: Path, days: float) -> float:
+def time_report(prometheus_url: str, kubeconfig: Path, days: float, fmt: str) -> float:
     start = END - timedelta(days=days)
     cmd = [GPUWATCH, "report", "--prometheus-url", prometheus_url, "--kubeconfig", str(kubeconfig)]
-    cmd += ["--start", start.isoformat(), "--end", END.isoformat(), "--format", "json"]
+    cmd += ["--start", start.isoformat(), "--end", END.isoformat(), "--format", fmt]
     began = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - began
@@ -316,9 +317,10 @@ def main() -> int:
                 print(f"prometheus: {block_count(tsdb)} blocks, {dir_bytes(tsdb) / 1e6:,.0f} MB")
                 with kube_api(args.gpus, args.days, "300s", workdir) as kubeconfig:
                     if "report" not in args.skip:
-                        for n in range(args.reports):
-                            took = time_report(prom.url, kubeconfig, args.days)
-                            print(f"report: {args.days:g} d, run {n + 1}: {took:.2f} s (target <= 5 s)")
+                        for fmt in ("table", "json"):
+                            for n in range(args.reports):
+                                took = time_report(prom.url, kubeconfig, args.days, fmt)
+                                print(f"report: {args.days:g} d, {fmt}, run {n + 1}: {took:.2f} s (target <= 5 s)")
                     if "pages" not in args.skip:
                         with serve(prom.url, kubeconfig) as (base, pid):
                             time_pages(

@@ -317,7 +317,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from gpuwatch.history import NoHistoryError, read_history, wants_history
-    from gpuwatch.report import SOURCE_HISTORY, SOURCE_RAW, Report, build_history_report, build_report, render
+    from gpuwatch.report import (
+        SOURCE_HISTORY,
+        SOURCE_RAW,
+        Report,
+        build_history_report,
+        build_report,
+        detail_written,
+        render,
+    )
     from gpuwatch.views.reader import prefers_recorded
 
     if args.demo:
@@ -336,7 +344,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         with ThreadPoolExecutor(max_workers=1) as aside:
             health = aside.submit(_health_events, service, window)
             try:
-                history = read_history(service.settings, window)
+                detail = detail_written(args.format, group_by=args.group_by)
+                history = read_history(service.settings, window, detail=detail)
                 report = build_history_report(history, health=health.result())
             except NoHistoryError as e:
                 if args.source == "history":

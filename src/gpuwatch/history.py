@@ -2,7 +2,8 @@
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -18,7 +19,9 @@ from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     POD_IDLE_SPLIT,
+    PODS_SEEN,
     HistorySums,
+    PodFamilies,
     PrometheusSource,
     history_pieces,
     history_sums,
@@ -31,6 +34,8 @@ WATT_HOURS_PER_KWH = 1000.0
 EPSILON_GE = 1e-9
 PARTIAL_PIECE_RATIO = 0.99  # a piece whose exporter samples cover less than this is named in warnings
 POD_KEYS = POD_HISTORY_LABELS
+# read_history()'s levels of detail: the rows a report needs, of the finest kind first.
+WORKLOAD, NAMESPACE, TEAM = DETAILS = ("workload", "namespace", "team")
 WORKLOAD_KEYS = ("namespace", "pod", "team")
 SUMMED_USAGE = ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
 
@@ -74,8 +79,15 @@ def read_history(
     *,
     prometheus: PrometheusSource | None = None,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
+    detail: str = WORKLOAD,
 ) -> History:
-    """The window from gpuwatch_* series in Prometheus; NoHistoryError when there are none in it."""
+    """The window from gpuwatch_* series in Prometheus; NoHistoryError when there are none in it.
+
+    `detail` says which rows it needs: WORKLOAD all; NAMESPACE all but the workload rows (left empty);
+    TEAM all but the workload and namespace rows. The fleet, team and pool rows are the same at each:
+    below WORKLOAD they come from sums Prometheus makes per namespace and from the idle pods' families
+    (a tenth of the pods), not from every pod's families (a month's ~50,000 pods, several times over),
+    which a report writing no workload row need not read."""
     own = prometheus is None
     if prometheus is None:
         if not settings.prometheus.url:
@@ -85,16 +97,40 @@ def read_history(
         prometheus = PrometheusSource.from_settings(settings.prometheus)
     try:
         cuts = price_cuts(settings, window)
-        sums = read_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
+        if detail not in DETAILS:
+            raise ConfigError(f"detail must be one of {', '.join(DETAILS)}, got {detail!r}")
+        if detail == WORKLOAD:
+            sums = read_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
+        else:
+            sums = _namespace_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts, detail=detail)
         if not (sums.pieces["samples"] > 0).any():
             raise NoHistoryError(
                 f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
                 f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
             )
-        return assemble(sums, window=window, settings=settings, source_warnings=prometheus.take_warnings())
+        history = assemble(sums, window=window, settings=settings, source_warnings=prometheus.take_warnings())
+        if detail == TEAM:  # its namespace sums hold the busy GE alone (the pools'): no namespace row
+            tables = history.tables
+            history = replace(history, tables={**tables, "namespace": tables["namespace"][0:0]})
+        return history
     finally:
         if own:
             prometheus.close()
+
+
+def _namespace_sums(
+    prometheus: PrometheusSource, window: Window, *, piece_seconds: int, cuts: Sequence[datetime], detail: str
+) -> HistorySums:
+    """read_sums() with the per-pod families left out but the idle pods' (pod_idle and its split), and
+    the namespace sums and pods counted by Prometheus (PodFamilies.totals), read side by side: all of
+    them at NAMESPACE, at TEAM only the busy GE (the pools' used GPU-hours) and the pods."""
+    pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
+    pods = PodFamilies(prometheus, pieces)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        split = pool.submit(pods.read, *POD_IDLE_SPLIT)
+        totals = pool.submit(pods.totals, *(("used", PODS_SEEN) if detail == TEAM else ()))
+        sums = read_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces, pods=False)
+    return replace(sums, **totals.result(), **split.result(), pod_idle=pods.read("pod_idle")["pod_idle"])
 
 
 def read_pieces(

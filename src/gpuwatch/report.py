@@ -92,6 +92,15 @@ def render(report: Report, fmt: str, *, group_by: str = "team", source: str = ""
     raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
+def detail_written(fmt: str, *, group_by: str = "team") -> str:
+    """The finest rows render(fmt, group_by) writes (history.read_history's detail): the JSON report
+    holds every workload, the HTML one its top idle workloads; a table, CSV or Parquet file only the rows
+    of its group (and the fleet's), team and pool rows alike read at team detail."""
+    if fmt in ("json", "html") or group_by == "workload":
+        return "workload"
+    return "namespace" if group_by == "namespace" else "team"
+
+
 def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 

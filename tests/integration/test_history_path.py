@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.history import NoHistoryError, price_cuts, read_history, read_pieces
+from gpuwatch.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
 from gpuwatch.model import LEDGER_STATES, DatedPrice, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
 from gpuwatch.service import FleetService, LiveSources, demo_settings
@@ -226,6 +226,24 @@ def test_a_price_change_cuts_the_pieces_and_changes_no_number(
     for section, keys in SECTIONS.items():
         got, expected = _rows(pieced, section, *keys), _rows(history, section, *keys)
         assert got.keys() == expected.keys()
+        for key, row in expected.items():
+            _same_row(got[key], row)
+
+
+@pytest.mark.parametrize("detail", [NAMESPACE, TEAM])
+def test_a_report_without_workload_rows_reads_no_pod_and_changes_no_other_number(
+    fleet: SimulatedFleet, settings: Settings, history: Report, detail: str
+) -> None:
+    # A table of teams or namespaces writes no workload row: its rows come from sums Prometheus makes
+    # per namespace (and the idle pods' families), and equal those summed per pod.
+    summary = build_history_report(read_history(settings, fleet.window, detail=detail))
+    assert summary["workloads"] == [] and len(history["workloads"]) > 0
+    assert summary["fleet"] == history["fleet"]
+    sections = ["teams", "pools", "pending", *(["namespaces"] if detail == NAMESPACE else [])]
+    assert (summary["namespaces"] == []) == (detail == TEAM)
+    for section in sections:
+        got, expected = (_rows(r, section, *SECTIONS[section]) for r in (summary, history))
+        assert got.keys() == expected.keys() and len(got) > 0
         for key, row in expected.items():
             _same_row(got[key], row)
 

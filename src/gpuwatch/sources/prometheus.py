@@ -903,7 +903,7 @@ POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
 NAMESPACE_FAMILIES: Final = dict(
     zip(("allocated", "idle", "used", "unknown"), promql.POD_SUM_METRICS, strict=True)
 )
-_PODS_SEEN: Final = "pods"  # PodFamilies.totals(): the pods counted
+PODS_SEEN: Final = "pods"  # PodFamilies.totals(): the pods counted
 
 
 class PodFamilies:
@@ -967,18 +967,18 @@ class PodFamilies:
         return frame[pairs.isin(list(self.pods))].reset_index(drop=True)
 
     def totals(self, *families: str) -> dict[str, pd.DataFrame]:
-        """HistorySums' namespace_sums of `families` (of NAMESPACE_FAMILIES) and, when none are named, of
-        all with namespace_pods, each once and kept: the idle GE from the idle pods' family (a tenth of
-        the pods), the others summed and the pods counted by Prometheus (one row per namespace, team,
-        pool and piece)."""
-        wanted = families or (*NAMESPACE_FAMILIES, _PODS_SEEN)
+        """HistorySums' namespace_sums of `families` (of NAMESPACE_FAMILIES; namespace_pods too when
+        PODS_SEEN is one of them) and, when none are named, of all with namespace_pods, each once and
+        kept: the idle GE from the idle pods' family (a tenth of the pods), the others summed by
+        Prometheus (one row per namespace, team, pool and piece), the pods counted from its lists."""
+        wanted = families or (*NAMESPACE_FAMILIES, PODS_SEEN)
         read = {n: f.result() for n, f in self._once(self._totals, wanted, self._total).items()}
-        parts = [read[n].assign(family=n) for n in wanted if n != _PODS_SEEN]
-        pods = read.get(_PODS_SEEN, _labelled(pd.DataFrame(), ("namespace", "team")).drop(columns="piece"))
+        parts = [read[n].assign(family=n) for n in wanted if n != PODS_SEEN]
+        pods = read.get(PODS_SEEN, _labelled(pd.DataFrame(), ("namespace", "team")).drop(columns="piece"))
         return {"namespace_sums": pd.concat(parts, ignore_index=True), "namespace_pods": pods}
 
     def _total(self, name: str) -> pd.DataFrame:
-        if name == _PODS_SEEN:
+        if name == PODS_SEEN:
             return _namespace_pods(self.source, self.pieces, self.matchers)
         if name == "idle":
             return _per_namespace(self.read("pod_idle")["pod_idle"])
@@ -1054,32 +1054,13 @@ def _pods_seen(last: pd.DataFrame) -> pd.DataFrame:
     return counted.astype({"value": "float64"})
 
 
-def _count_spans(pieces: pd.DataFrame) -> tuple[datetime, list[tuple[float, str, float]]]:
-    """The pieces as pods_seen_count_query spans (back-to-back pieces of one roll-up level in one), and
-    the time to evaluate it at: each span's offset is its read time (as _read_pieces) before that."""
-    runs: list[tuple[float, str, pd.Timestamp]] = []
-    for seconds, rollup, end in zip(pieces["seconds"], pieces["rollup"], pieces["end"], strict=True):
-        if runs and runs[-1][1] == rollup:
-            runs[-1] = (runs[-1][0] + float(seconds), str(rollup), end)
-        else:
-            runs.append((float(seconds), str(rollup), end))
-    ats = [_read_time(end, r) for _, r, end in runs]
-    last = max(ats)
-    spans = [(seconds, r, (last - at).total_seconds()) for (seconds, r, _), at in zip(runs, ats, strict=True)]
-    return last.to_pydatetime(), spans
-
-
 def _namespace_pods(
     source: PrometheusSource, pieces: pd.DataFrame, matchers: Sequence[promql.Matcher] = ()
 ) -> pd.DataFrame:
     """namespace, team, value: the distinct pods of each that held GPUs over the pieces (those whose
-    series `matchers` match), counted by Prometheus."""
-    keys = ("namespace", "team")
-    if not len(pieces):
-        return _labelled(pd.DataFrame(), keys).drop(columns="piece")
-    at, spans = _count_spans(pieces)
-    counted = source.query(promql.pods_seen_count_query(spans, by=keys, matchers=matchers), at=at)
-    return _labelled(counted, keys).drop(columns="piece")
+    series `matchers` match), each piece's pods listed by Prometheus (pods_seen_query), counted here."""
+    query = partial(promql.pods_seen_query, matchers=matchers)
+    return _pods_seen(_family(source, pieces, query, ("namespace", "pod", "team")))
 
 
 def history_sums(

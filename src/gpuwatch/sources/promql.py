@@ -707,40 +707,26 @@ def pod_gpus_last_query(
     return _nonzero(_by("sum", POD_HISTORY_LABELS, body), nonzero)
 
 
-def pods_seen_count_query(
-    spans: Sequence[tuple[float, str, float]],
-    *,
-    by: Sequence[str] = ("namespace", "team"),
-    matchers: Sequence[Matcher] = (),
+def pods_seen_query(
+    *, range_seconds: float, resolution_seconds: int, rollup: str = "", matchers: Sequence[Matcher] = ()
 ) -> str:
-    """How many distinct pods (namespace, pod, team) held GPUs at some sample of the spans, per `by`: each
-    span (range seconds, rollup, offset seconds) ends `offset` before the evaluation time and is read
-    from its roll-up level's allocation sums ("" raw). A pod seen in several spans, or under several
-    label sets, counts once; Prometheus returns one row per group, never one per pod. `matchers`: only
-    the pods' series they match.
+    """The distinct pods (namespace, pod, team) that held GPUs at some sample of the range, one row each,
+    from the allocation sums of the roll-up level ("" raw; `resolution_seconds` is not needed). A pod
+    under several label sets is one row. Each range is read by a query of its own: Prometheus looks a
+    selector up in every block a query's ranges span, so one query spanning a month's edge hours, its
+    days and its last raw hour together costs about twice its parts.
 
-    pods_seen_count_query([(86400, "day", 1800), (3600, "", 0)]) is::
+    pods_seen_query(range_seconds=86400, resolution_seconds=60, rollup="day") is::
 
-        count by (namespace, team) (
-          group by (namespace, pod, team) (
-            last_over_time(day:gpuwatch_pod_gpu_allocation:sum_over_time[86399999ms] offset 1800s)
-            or
-            last_over_time(gpuwatch_pod_gpu_allocation[3599999ms])
-          )
+        group by (namespace, pod, team) (
+          last_over_time(day:gpuwatch_pod_gpu_allocation:sum_over_time[86399999ms])
         )
     """
-    if not spans:
-        raise ConfigError("a pod count needs at least one span")
+    del resolution_seconds
     metric = "gpuwatch_pod_gpu_allocation"
-    parts = []
-    for seconds, rollup, offset in spans:
-        name = selector(rollup_name(metric, "sum_over_time", rollup) if rollup else metric, matchers)
-        shift = f" offset {range_duration(offset)}" if round(offset * 1000) > 0 else ""
-        parts.append(f"last_over_time({name}[{range_duration(seconds - _MS)}]{shift})")
-    union = "\nor\n".join(parts)
-    labels = ", ".join(check_label_name(label) for label in by)
-    grouped = f"group by (namespace, pod, team) (\n{textwrap.indent(union, '  ')}\n)"
-    return f"count by ({labels}) (\n{textwrap.indent(grouped, '  ')}\n)"
+    name = selector(rollup_name(metric, "sum_over_time", rollup) if rollup else metric, matchers)
+    last = f"last_over_time({name}[{range_duration(range_seconds - _MS)}])"
+    return f"group by (namespace, pod, team) (\n  {last}\n)"
 
 
 def pod_idle_since_last_query(
