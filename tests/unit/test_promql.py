@@ -108,10 +108,6 @@ def test_docstrings_show_the_exact_queries() -> None:
                 "gpuwatch_pod_gpu_used", range_seconds=86400, resolution_seconds=60, rollup="day"
             ),
         ),
-        (
-            promql.pods_seen_query,
-            promql.pods_seen_query(range_seconds=86400, resolution_seconds=60, rollup="day"),
-        ),
         (promql.team_state_gpus_latest_query, promql.team_state_gpus_latest_query()),
     ]:
         doc = (builder.__doc__ or "").split("\n", 1)[1]

@@ -652,10 +652,11 @@ def namespace_gpus_sum_query(
     resolution_seconds: int,
     rollup: str = "",
     matchers: Sequence[Matcher] = (),
+    by: Sequence[str] = ("namespace", "team", "pool"),
 ) -> str:
-    """GE of pods (allocated, idle-allocated, busy or unknown) per namespace, team and pool, summed over
-    the grid points of the range: a namespace's rows without its pods' (`matchers` as in
-    pod_gpus_sum_query).
+    """GE of pods (allocated, idle-allocated, busy or unknown) per namespace, team and pool (or the labels
+    `by`), summed over the grid points of the range: a namespace's rows without its pods' (`matchers` as
+    in pod_gpus_sum_query).
 
     The same for gpuwatch_pod_gpu_idle, _used and _unknown;
     namespace_gpus_sum_query("gpuwatch_pod_gpu_used", range_seconds=86400, resolution_seconds=60,
@@ -668,8 +669,7 @@ def namespace_gpus_sum_query(
         )
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
-    labels = ("namespace", "team", "pool")
-    return _summed(labels, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
+    return _summed(by, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
 
 
 def pod_gpus_last_query(
@@ -705,28 +705,6 @@ def pod_gpus_last_query(
     metric = _one_of_metrics(metric, POD_LAST_METRICS)
     body = _on_grid("last_over_time", metric, range_seconds, resolution_seconds, matchers, rollup)
     return _nonzero(_by("sum", POD_HISTORY_LABELS, body), nonzero)
-
-
-def pods_seen_query(
-    *, range_seconds: float, resolution_seconds: int, rollup: str = "", matchers: Sequence[Matcher] = ()
-) -> str:
-    """The distinct pods (namespace, pod, team) that held GPUs at some sample of the range, one row each,
-    from the allocation sums of the roll-up level ("" raw; `resolution_seconds` is not needed). A pod
-    under several label sets is one row. Each range is read by a query of its own: Prometheus looks a
-    selector up in every block a query's ranges span, so one query spanning a month's edge hours, its
-    days and its last raw hour together costs about twice its parts.
-
-    pods_seen_query(range_seconds=86400, resolution_seconds=60, rollup="day") is::
-
-        group by (namespace, pod, team) (
-          last_over_time(day:gpuwatch_pod_gpu_allocation:sum_over_time[86399999ms])
-        )
-    """
-    del resolution_seconds
-    metric = "gpuwatch_pod_gpu_allocation"
-    name = selector(rollup_name(metric, "sum_over_time", rollup) if rollup else metric, matchers)
-    last = f"last_over_time({name}[{range_duration(range_seconds - _MS)}])"
-    return f"group by (namespace, pod, team) (\n  {last}\n)"
 
 
 def pod_idle_since_last_query(
