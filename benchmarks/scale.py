@@ -320,7 +320,8 @@ def main() -> int:
                         for fmt in ("table", "json"):
                             for n in range(args.reports):
                                 took = time_report(prom.url, kubeconfig, args.days, fmt)
-                                print(f"report: {args.days:g} d, {fmt}, run {n + 1}: {took:.2f} s (target <= 5 s)")
+                                run = f"report: {args.days:g} d, {fmt}, run {n + 1}"
+                                print(f"{run}: {took:.2f} s (target <= 5 s)", flush=True)
                     if "pages" not in args.skip:
                         with serve(prom.url, kubeconfig) as (base, pid):
                             time_pages(

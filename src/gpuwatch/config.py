@@ -15,6 +15,7 @@ from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import (
     Amortization,
     Budgets,
+    Commitment,
     DatedPrice,
     EnergyTariff,
     IdleParams,
@@ -75,6 +76,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "default_usd_per_gpu_hour": "price",
         "products": "price_map",
         "amortization": "amortization_map",
+        "commitments": "commitment_map",
         "energy": "energy",
     },
     "idle": {"threshold": "ratio", "window": "duration", "held_fb_mib": "count"},
@@ -167,13 +169,14 @@ def _check(name: str, kind: str, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"config: {name} must be a list of strings")
         return tuple(value)
-    if kind in ("str_map", "price_map", "amortization_map", "usd_map"):
+    if kind in ("str_map", "price_map", "amortization_map", "commitment_map", "usd_map"):
         if not isinstance(value, dict):
             raise ConfigError(f"config: {name} must be a mapping")
         value_kind = {
             "str_map": "str",
             "price_map": "dated_price",
             "amortization_map": "amortization",
+            "commitment_map": "commitments",
             "usd_map": "price",
         }[kind]
         return {str(k): _check(f"{name}.{k}", value_kind, v) for k, v in value.items()}
@@ -181,6 +184,8 @@ def _check(name: str, kind: str, value: Any) -> Any:
         return _check(name, "price", value) if not isinstance(value, list) else _dated_prices(name, value)
     if kind == "amortization":
         return _amortization(name, value)
+    if kind == "commitments":
+        return _commitments(name, value)
     if kind == "energy":
         return _energy(name, value)
     raise AssertionError(kind)
@@ -267,6 +272,28 @@ def _amortization(name: str, value: Any) -> Amortization:
     return Amortization(purchase_usd=purchase, months=months, residual_usd=residual)
 
 
+def _commitments(name: str, value: Any) -> tuple[Commitment, ...]:
+    """[{from, until, gpus, usd_per_gpu_hour}, ...]: GPUs paid for at a committed rate over [from, until);
+    commitments of one product may overlap (they add up)."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"config: {name} must list at least one {{from, until, gpus, usd_per_gpu_hour}}")
+    out = []
+    for k, item in enumerate(value):
+        where = f"{name}[{k}]"
+        entry = _fields(where, item, ("from", "until", "gpus", "usd_per_gpu_hour"))
+        start, end = _instant(f"{where}.from", entry["from"]), _instant(f"{where}.until", entry["until"])
+        if end <= start:
+            raise ConfigError(
+                f"config: {where}.until ({end.isoformat()}) must come after its from ({start.isoformat()})"
+            )
+        gpus = _check(f"{where}.gpus", "price", entry["gpus"])
+        if gpus <= 0:
+            raise ConfigError(f"config: {where}.gpus must be a number of GPUs above 0, got {gpus:g}")
+        rate = _check(f"{where}.usd_per_gpu_hour", "price", entry["usd_per_gpu_hour"])
+        out.append(Commitment(start=start, end=end, gpus=gpus, usd_per_gpu_hour=rate))
+    return tuple(sorted(out, key=lambda c: c.start))
+
+
 def _price_book(v: Mapping[str, Any]) -> PriceBook:
     products, amortization = v["pricing.products"] or {}, v["pricing.amortization"] or {}
     both = sorted({normalize_product(p) for p in products} & {normalize_product(p) for p in amortization})
@@ -279,6 +306,7 @@ def _price_book(v: Mapping[str, Any]) -> PriceBook:
         default_usd_per_gpu_hour=2.0 if default is None else default,
         products=products,
         amortization=amortization,
+        commitments=v["pricing.commitments"] or {},
         energy=v["pricing.energy"],
     )
 

@@ -262,6 +262,17 @@ class Amortization:
         return (self.purchase_usd - self.residual_usd) / (self.months * HOURS_PER_MONTH)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commitment:
+    """GPUs of one product paid for at a committed rate from `start` until `end` (a reservation or a
+    committed-use discount), whether that many are present or not."""
+
+    start: datetime
+    end: datetime
+    gpus: float
+    usd_per_gpu_hour: float
+
+
 def in_force(
     starts: "npt.NDArray[np.float64]",
     prices: "npt.NDArray[np.float64]",
@@ -301,6 +312,7 @@ class PriceBook:
     default_usd_per_gpu_hour: float = 2.0
     products: Mapping[str, Price] = field(default_factory=dict)
     amortization: Mapping[str, Amortization] = field(default_factory=dict)
+    commitments: Mapping[str, tuple[Commitment, ...]] = field(default_factory=dict)
     energy: EnergyTariff | None = None  # None: energy is measured, its cost unknown
 
     def usd_per_gpu_hour(self, product: str, at: datetime) -> float:
@@ -313,15 +325,53 @@ class PriceBook:
         return in_force(starts, prices, seconds, before=self.default_usd_per_gpu_hour)
 
     def rates(
-        self, names: Sequence[str], codes: "npt.NDArray[np.intp]", seconds: "npt.NDArray[np.float64]"
+        self,
+        names: Sequence[str],
+        codes: "npt.NDArray[np.intp]",
+        seconds: "npt.NDArray[np.float64]",
+        gpus: "npt.NDArray[np.float64] | None" = None,
     ) -> "npt.NDArray[np.float64]":
         """Per row, the price of product names[codes[row]] in force at seconds[row] (epoch seconds):
-        rows factorized by the caller, so each product's schedule is looked up once."""
+        rows factorized by the caller, so each product's schedule is looked up once. With `gpus` (per
+        row, the product's GPUs present then) a product's committed GPUs are blended in (blended())."""
         out = np.empty(len(codes), dtype=np.float64)
         for k, name in enumerate(names):
             rows = codes == k
-            out[rows] = self.prices_at(name, seconds[rows])
+            if gpus is None or not self.commits(name):
+                out[rows] = self.prices_at(name, seconds[rows])
+            else:
+                out[rows] = self.blended(name, seconds[rows], gpus[rows])[0]
         return out
+
+    def commits(self, product: str) -> tuple[Commitment, ...]:
+        """The product's commitments, the cheapest first."""
+        wanted = normalize_product(product)
+        found = [c for k, v in self.commitments.items() if normalize_product(k) == wanted for c in v]
+        return tuple(sorted(found, key=lambda c: (c.usd_per_gpu_hour, c.start)))
+
+    def blended(
+        self, product: str, seconds: "npt.NDArray[np.float64]", gpus: "npt.NDArray[np.float64]"
+    ) -> tuple["npt.NDArray[np.float64]", "npt.NDArray[np.float64]"]:
+        """Per sample (epoch seconds, the product's GPUs present then): the USD per GPU-hour of each
+        present GPU, and the USD per hour paid for committed GPUs none was present for. Of the GPUs
+        present, as many as are committed then (start <= t < end) are priced at the committed rates,
+        the cheapest commitment first; the rest at the on-demand price in force (prices_at()); every
+        GPU present costs the mean of those. No GPU present (or unknown how many): the on-demand price."""
+        on_demand = self.prices_at(product, seconds)
+        present = np.clip(np.nan_to_num(np.asarray(gpus, dtype=np.float64), nan=0.0), 0.0, None)
+        left = present.copy()
+        committed_usd = np.zeros(len(present), dtype=np.float64)
+        unused_usd = np.zeros(len(present), dtype=np.float64)
+        for c in self.commits(product):
+            active = (seconds >= c.start.timestamp()) & (seconds < c.end.timestamp())
+            paid_for = np.where(active, c.gpus, 0.0)
+            covered = np.minimum(left, paid_for)
+            committed_usd += covered * c.usd_per_gpu_hour
+            unused_usd += (paid_for - covered) * c.usd_per_gpu_hour
+            left -= covered
+        some = present > 0
+        mean = (committed_usd + left * on_demand) / np.where(some, present, 1.0)
+        return np.where(some, mean, on_demand), unused_usd
 
     def schedule(self, product: str) -> tuple["npt.NDArray[np.float64]", "npt.NDArray[np.float64]"]:
         """Epoch seconds each of the product's prices is in force from (−inf: all time), and the prices."""
@@ -332,7 +382,8 @@ class PriceBook:
         return np.asarray([-np.inf]), np.asarray([float(price)])
 
     def changes(self, start: datetime, end: datetime) -> list[tuple[str, datetime]]:
-        """(product, when) of every dated price that takes effect inside (start, end], by time."""
+        """(product, when) of every dated price that takes effect, and every commitment that begins or
+        ends, inside (start, end], by time."""
         found = [
             (product, p.start)
             for product, price in self.normalized().items()
@@ -340,7 +391,14 @@ class PriceBook:
             for p in price
             if start < p.start <= end
         ]
-        return sorted(found, key=lambda c: (c[1], c[0]))
+        found += [
+            (normalize_product(product), when)
+            for product, commitments in self.commitments.items()
+            for c in commitments
+            for when in (c.start, c.end)
+            if start < when <= end
+        ]
+        return sorted(set(found), key=lambda c: (c[1], c[0]))
 
     def knows(self, product: str) -> bool:
         return normalize_product(product) in self.normalized()

@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch import __version__
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, PriceBook
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES
 
 if TYPE_CHECKING:  # the service layer imports this module; only the type flows back
     from gpuwatch.service import Analysis
@@ -89,12 +89,11 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         per_pool = per_pool[per_pool["timestamp"] == last]
     t = ["timestamp"]
     pod_keys = ["namespace", "pod", "team", "node", "pool"]
-    book = analysis.settings.pricing
     marked = marked.assign(
         idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
         unknown_ge=np.where(marked["util_ratio"].isna(), marked["ge_share"], 0.0),
         util_ge=marked["ge_share"] * marked["util_ratio"],
-        usd=marked["ge_share"] * rates_at(book, marked["pool"], marked["timestamp"]),
+        usd=marked["ge_share"] * analysis.rates.at(marked["pool"], marked["timestamp"]),
     )
     held = marked["memory_held"] if "memory_held" in marked else pd.Series(np.nan, index=marked.index)
     marked = marked.assign(
@@ -299,7 +298,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         )
     )
     prices = times.merge(pd.DataFrame({"pool": sorted(_pools(analysis))}), how="cross")
-    prices["value"] = rates_at(book, prices["pool"], prices["timestamp"])
+    prices["value"] = analysis.rates.at(prices["pool"], prices["timestamp"])
     families.append(
         Family(
             "gpuwatch_pool_price_usd_per_gpu_hour",
@@ -413,15 +412,6 @@ def _energy_families(analysis: "Analysis", *, last_only: bool) -> list[Family]:
             summed(energy, ["pool"], "usd_per_hour"),
         ),
     ]
-
-
-def rates_at(
-    book: PriceBook, pools: "pd.Series[str]", timestamps: "pd.Series[pd.Timestamp]"
-) -> npt.NDArray[np.float64]:
-    """Per row, the price of its pool in force at its timestamp."""
-    codes, names = pd.factorize(pools)
-    seconds = np.asarray(epoch_seconds(timestamps), dtype=np.float64)
-    return book.rates([str(n) for n in names], codes, seconds)
 
 
 def _pools(analysis: "Analysis") -> set[str]:

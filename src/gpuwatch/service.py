@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from gpuwatch.analytics.cost import ledger_cost, price_warnings, usage_cost
+from gpuwatch.analytics.cost import PoolRates, ledger_cost, price_warnings, usage_cost
 from gpuwatch.analytics.energy import energy_by, window_energy
 from gpuwatch.analytics.fragmentation import (
     diagnose_pending,
@@ -531,6 +531,7 @@ class Analysis:
     coverage: Coverage
     units_reporting: pd.DataFrame  # timestamp, node, units: GPU units with DCGM telemetry per sample
     pod_resources: pd.DataFrame  # namespace, pod, resource: the GPU resource each running pod requests
+    rates: PoolRates  # each pool's USD per GPU-hour at each sample (commitments blended by the fleet's GPUs)
     # Per pod (or unheld part), GPU and sample: energy_joules and energy_cost_usd (window_energy());
     # None when the source reads no energy or power at all.
     energy: pd.DataFrame | None = None
@@ -578,6 +579,8 @@ def analyze(
     step_h = window.step_hours
     warnings = list(source_warnings) + list(state.warnings)
     warnings += price_warnings(nodes["pool"], settings.pricing)
+    rates = PoolRates.of(settings.pricing, result.by_node)
+    warnings += rates.unused_warnings(step_seconds=window.step_seconds)
     over = float(result.by_node["overallocated_ge"].sum()) * step_h
     if over > 0:
         warnings.append(
@@ -643,6 +646,7 @@ def analyze(
             ],
             columns=["namespace", "pod", "resource"],
         ),
+        rates=rates,
         energy=energy,
     )
 
@@ -758,9 +762,9 @@ WORKLOAD = ["namespace", "pod", "team"]
 
 def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     """Allocated/used/idle GE-hours, efficiency and dollars per team, namespace, workload and pool."""
-    step, book, marked = analysis.window.step_seconds, analysis.settings.pricing, analysis.marked
+    step, rates, marked = analysis.window.step_seconds, analysis.rates, analysis.marked
     tables = {
-        name: usage_cost(marked, step_seconds=step, price_book=book, by=by)[0]
+        name: usage_cost(marked, step_seconds=step, rates=rates, by=by)[0]
         for name, by in (
             ("fleet", "fleet"),
             ("team", "team"),
@@ -794,8 +798,8 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     )
     tables["packing"] = packing_estimate(recommendations.merge(held_now, on=WORKLOAD))
     ledger_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step, by=("pool",))
-    pool_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=("pool",))
-    pool_usage = usage_cost(marked, step_seconds=step, price_book=book, by="pool")[0]
+    pool_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, rates=rates, by=("pool",))
+    pool_usage = usage_cost(marked, step_seconds=step, rates=rates, by="pool")[0]
     frag = fragmentation_summary(analysis.per_pool, step_seconds=step)
     blocks = largest_free_block(analysis.free)
     pools = analysis.nodes.groupby("pool", as_index=False).agg(
@@ -804,10 +808,10 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     for extra in (ledger_hours, pool_cost, pool_usage[["pool", "used_gpu_hours"]], frag, blocks):
         pools = pools.merge(extra, on="pool", how="left")
     end = analysis.window.end  # a pool's price: the one in force at the window's end
-    pools["usd_per_gpu_hour"] = pools["pool"].map(lambda p: book.usd_per_gpu_hour(p, end)).astype("float64")
+    pools["usd_per_gpu_hour"] = pools["pool"].map(lambda p: rates.quoted(p, end)).astype("float64")
     tables["pool"] = pools
     fleet_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step)
-    fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, price_book=book, by=())
+    fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, rates=rates, by=())
     tables["fleet_ledger"] = pd.concat([fleet_hours, fleet_cost], axis=1)
     return tables
 

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpuwatch.config import load_settings
@@ -134,6 +135,26 @@ def test_config_path_from_env(tmp_path: Path) -> None:
             "pricing: {energy: {usd_per_kwh: [{from: 2026-01-01T00:00:00Z, usd_per_gpu_hour: 1}]}}",
             "config: unknown key pricing.energy.usd_per_kwh[0].usd_per_gpu_hour",
         ),
+        (
+            "pricing: {commitments: {X: [{from: 2026-02-01, until: 2026-01-01, "
+            "gpus: 8, usd_per_gpu_hour: 2}]}}",
+            "config: pricing.commitments.X[0].until (2026-01-01T00:00:00+00:00) must come after its from",
+        ),
+        (
+            "pricing: {commitments: {X: [{from: 2026-01-01, until: 2027-01-01, "
+            "gpus: 0, usd_per_gpu_hour: 2}]}}",
+            "config: pricing.commitments.X[0].gpus must be a number of GPUs above 0, got 0",
+        ),
+        (
+            "pricing: {commitments: {X: [{from: 2026-01-01, until: 2027-01-01, "
+            "gpus: 8, usd_per_gpu_hour: -2}]}}",
+            "config: pricing.commitments.X[0].usd_per_gpu_hour must not be negative",
+        ),
+        (
+            "pricing: {commitments: {X: [{from: 2026-01-01, gpus: 8, usd_per_gpu_hour: 2}]}}",
+            "config: pricing.commitments.X[0] lacks until",
+        ),
+        ("pricing: {commitments: {X: {gpus: 8}}}", "config: pricing.commitments.X must list at least one"),
         ("prometheus: [1, 2]", "config: prometheus must be a mapping"),
         ("- just\n- a list", "top level must be a mapping"),
         ("prometheus: {url: [unclosed", "is not valid YAML at line 1"),
@@ -168,6 +189,28 @@ pricing:
     assert book.usd_per_gpu_hour(a100, datetime(2025, 12, 31, tzinfo=UTC)) == 2.0  # the default, before any
     assert book.usd_per_gpu_hour("NVIDIA-H100-80GB-HBM3", NOW) == 4.0  # a plain number: all time
     assert book.usd_per_gpu_hour("NVIDIA-L4", NOW) == pytest.approx(9000 / (36 * 730))
+
+
+def test_committed_rates_stack_and_cut_the_window(tmp_path: Path) -> None:
+    text = """
+pricing:
+  products: {NVIDIA-H100-80GB-HBM3: 4.0}
+  commitments:
+    NVIDIA H100 80GB HBM3:
+      - {from: 2026-11-01T00:00:00Z, until: 2027-11-01T00:00:00Z, gpus: 64, usd_per_gpu_hour: 2.5}
+      - {from: 2026-11-10T00:00:00Z, until: 2026-11-20T00:00:00Z, gpus: 16, usd_per_gpu_hour: 3}
+"""
+    book = load_settings(config_path=_write(tmp_path, text), env={}).pricing
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    at = np.asarray([datetime(2026, 11, d, tzinfo=UTC).timestamp() for d in (5, 15, 25)])
+    rates, unused = book.blended(h100, at, np.asarray([100.0, 100.0, 50.0]))
+    # 64 at 2.5 + 36 at 4; 64 at 2.5 + 16 at 3 + 20 at 4; 50 of the 64 at 2.5, 14 paid for with none there.
+    assert rates.tolist() == pytest.approx([(160 + 144) / 100, (160 + 48 + 80) / 100, 2.5])
+    assert unused.tolist() == pytest.approx([0.0, 0.0, 14 * 2.5])
+    assert book.usd_per_gpu_hour(h100, NOW) == 4.0  # on demand, what a GPU beyond the commitments costs
+    # A commitment's start and end change the rate: a history window is read in pieces cut there.
+    changes = book.changes(datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
+    assert [when.day for _, when in changes] == [10, 20]
 
 
 def test_budgets_from_the_issue_example(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from gpuwatch.analytics.cost import ledger_cost, price_warnings, usage_cost, usd_per_gpu_hour
-from gpuwatch.model import Amortization, DatedPrice, PriceBook
+from gpuwatch.analytics.cost import PoolRates, ledger_cost, price_warnings, usage_cost, usd_per_gpu_hour
+from gpuwatch.model import Amortization, Commitment, DatedPrice, PriceBook
 from gpuwatch.schema import IDLE_MARKED
 
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")
@@ -21,10 +21,17 @@ WARNING = "unknown product WEIRD-GPU priced at default $2.00/GPU-hour"
 EXACT = {"check_exact": False, "rtol": 1e-12, "atol": 1e-15}
 
 
+def on_demand(book: PriceBook) -> PoolRates:
+    """A book's rates where no commitment needs the GPUs present."""
+    return PoolRates.of(book, by_node().iloc[0:0])
+
+
 def test_price_per_pool_keeps_the_index() -> None:
     pools = pd.Series([H100, WEIRD, T4, A100], index=[10, 11, 12, 13], dtype="str")
     expected = pd.Series([4.0, 2.0, 0.35, 2.5], index=[10, 11, 12, 13], name="usd_per_gpu_hour")
-    pd.testing.assert_series_equal(usd_per_gpu_hour(pools, BOOK, pd.Series(T0, index=pools.index)), expected)
+    pd.testing.assert_series_equal(
+        usd_per_gpu_hour(pools, on_demand(BOOK), pd.Series(T0, index=pools.index)), expected
+    )
     assert price_warnings(pools, BOOK) == [WARNING]
     assert price_warnings(pd.Series(["", H100], dtype="str"), BOOK) == [
         "unknown product (none) priced at default $2.00/GPU-hour"
@@ -51,7 +58,7 @@ def by_node() -> pd.DataFrame:
 
 
 def test_ledger_cost_per_pool() -> None:
-    costs, warnings = ledger_cost(by_node(), step_seconds=3600, price_book=BOOK)
+    costs, warnings = ledger_cost(by_node(), step_seconds=3600, rates=on_demand(BOOK))
     expected = pd.DataFrame(
         {
             "pool": pd.Series([A100, H100, T4, WEIRD], dtype="str"),
@@ -69,7 +76,7 @@ def test_ledger_cost_per_pool() -> None:
 
 
 def test_ledger_cost_for_the_fleet_at_one_minute_steps() -> None:
-    costs, _ = ledger_cost(by_node(), step_seconds=60, price_book=BOOK, by=())
+    costs, _ = ledger_cost(by_node(), step_seconds=60, rates=on_demand(BOOK), by=())
     # Sum of the pools above, and a 60 s sample is 1/60 of an hour.
     assert costs.to_dict("records") == [
         {
@@ -112,7 +119,7 @@ def marked() -> pd.DataFrame:
 
 
 def test_usage_cost_per_team() -> None:
-    costs, warnings = usage_cost(marked(), step_seconds=3600, price_book=BOOK, by="team")
+    costs, warnings = usage_cost(marked(), step_seconds=3600, rates=on_demand(BOOK), by="team")
     expected = pd.DataFrame(
         {
             "team": pd.Series(["x", "y"], dtype="str"),
@@ -133,8 +140,8 @@ def test_usage_cost_per_team() -> None:
 
 
 def test_usage_cost_per_workload_sums_to_the_fleet() -> None:
-    workloads, _ = usage_cost(marked(), step_seconds=3600, price_book=BOOK, by="workload")
-    fleet, _ = usage_cost(marked(), step_seconds=3600, price_book=BOOK, by="fleet")
+    workloads, _ = usage_cost(marked(), step_seconds=3600, rates=on_demand(BOOK), by="workload")
+    fleet, _ = usage_cost(marked(), step_seconds=3600, rates=on_demand(BOOK), by="fleet")
     assert workloads["pod"].tolist() == ["p", "q", "r", "s"]
     assert workloads["waste_usd"].sum() == pytest.approx(fleet["waste_usd"].iloc[0])
     assert fleet["cost_usd"].iloc[0] == pytest.approx(8 + 3 / 7 * 2.5 + 0.0875 + 2)
@@ -163,14 +170,14 @@ def test_a_price_change_mid_window_prices_each_sample_at_the_rate_then() -> None
     frame["pod"] = pd.Series([r[1] for r in rows], dtype="str")
     frame["pool"] = pd.Series([r[2] for r in rows], dtype="str")
     frame["idle"] = [r[3] for r in rows]
-    costs, warnings = usage_cost(frame, step_seconds=3600, price_book=DATED, by="workload")
+    costs, warnings = usage_cost(frame, step_seconds=3600, rates=on_demand(DATED), by="workload")
     # p: 00:00 and 01:00 at $2.5, 02:00 (the change) and 03:00 at $2.0; its idle hour is at $2.0.
     assert costs["cost_usd"].tolist() == pytest.approx([2.5 + 2.5 + 2.0 + 2.0, 2 * L4_RATE])
     assert costs["waste_usd"].tolist() == pytest.approx([2.0, 0.0])
     assert warnings == []  # an amortized product is a known one
     ledger = by_node().iloc[[1, 1, 1]].reset_index(drop=True)  # the A100 node at 01:00, 02:00, 03:00
     ledger["timestamp"] = pd.to_datetime([T0 + pd.Timedelta(hours=h) for h in (1, 2, 3)], utc=True)
-    fleet, _ = ledger_cost(ledger, step_seconds=3600, price_book=DATED, by=())
+    fleet, _ = ledger_cost(ledger, step_seconds=3600, rates=on_demand(DATED), by=())
     # Each sample: allocated 5/7 GE, unallocated 2/7; priced 2.5, 2.0, 2.0.
     assert fleet["cost_usd"].iloc[0] == pytest.approx(5 / 7 * (2.5 + 2.0 + 2.0))
     assert fleet["unallocated_cost_usd"].iloc[0] == pytest.approx(2 / 7 * (2.5 + 2.0 + 2.0))
@@ -178,5 +185,60 @@ def test_a_price_change_mid_window_prices_each_sample_at_the_rate_then() -> None
 
 def test_before_a_products_first_dated_price_the_default_applies() -> None:
     early = pd.Series([T0 - pd.Timedelta(days=31), T0], dtype="datetime64[ns, UTC]")
-    prices = usd_per_gpu_hour(pd.Series([A100, A100], dtype="str"), DATED, early)
+    prices = usd_per_gpu_hour(pd.Series([A100, A100], dtype="str"), on_demand(DATED), early)
     assert prices.tolist() == [2.0, 2.5]
+
+
+# 6 H100s reserved at $2.80 for the first two hours of the day, 2 more at $3.00 all day; on demand $4.
+COMMITTED = PriceBook(
+    default_usd_per_gpu_hour=2.0,
+    products={H100: 4.0},
+    commitments={
+        "NVIDIA H100 80GB HBM3": (
+            Commitment(
+                start=T0.to_pydatetime(),
+                end=(T0 + pd.Timedelta(hours=2)).to_pydatetime(),
+                gpus=6,
+                usd_per_gpu_hour=2.8,
+            ),
+            Commitment(
+                start=T0.to_pydatetime(),
+                end=(T0 + pd.Timedelta(days=1)).to_pydatetime(),
+                gpus=2,
+                usd_per_gpu_hour=3.0,
+            ),
+        )
+    },
+)
+
+
+def test_committed_gpus_are_priced_at_their_rates_and_the_rest_on_demand() -> None:
+    # The H100 node holds 8 GPUs at 00:00 and 01:00, 10 at 02:00 (a second node), 1 at 03:00.
+    ledger = by_node().iloc[[0, 0, 0, 0, 0]].reset_index(drop=True)
+    ledger["timestamp"] = pd.to_datetime([T0 + pd.Timedelta(hours=h) for h in (0, 1, 2, 2, 3)], utc=True)
+    ledger["node"] = pd.Series(["h", "h", "h", "h2", "h"], dtype="str")
+    states = ["unavailable_ge", "stranded_ge", "unallocated_ge", "allocated_unknown_ge", "allocated_idle_ge"]
+    ledger.loc[3, [*states, "allocated_active_ge", "capacity_ge"]] = [0, 0, 2.0, 0, 0, 0, 2.0]
+    ledger.loc[4, [*states, "allocated_active_ge", "capacity_ge"]] = [0, 0, 0, 0, 1.0, 0, 1.0]
+    rates = PoolRates.of(COMMITTED, ledger)
+    times = pd.Series(pd.to_datetime([T0 + pd.Timedelta(hours=h) for h in range(4)], utc=True))
+    prices = rates.at(pd.Series([H100] * 4, dtype="str"), times)
+    # 00:00, 01:00: 6 × 2.8 + 2 × 3.0 = 22.8 for 8 GPUs. 02:00: the $2.80 reservation has ended: 2 × 3.0 +
+    # 8 × 4.0 = 38 for 10. 03:00: one GPU, the cheapest commitment in force ($3.00) covers it.
+    assert prices.tolist() == pytest.approx([22.8 / 8, 22.8 / 8, 38 / 10, 3.0])
+    # A pool with no commitment (the A100, at the book's default), or a time no sample of the fleet has,
+    # is priced on demand.
+    assert rates.at(
+        pd.Series([A100, H100], dtype="str"), pd.Series([times[0], T0 - pd.Timedelta(hours=1)])
+    ).tolist() == [2.0, 4.0]
+    # At 03:00 one reserved GPU ($3.00) had no GPU to use: $3.00 paid for nothing, said once.
+    assert rates.unused_warnings(step_seconds=3600) == [
+        f"{H100}: $3.00 of committed GPU-hours paid for with no GPU present to use"
+    ]
+    fleet, _ = ledger_cost(ledger, step_seconds=3600, rates=rates, by=())
+    # The ledger's dollars add up to what the GPUs present cost: 22.8 + 22.8 + 38 + 3.
+    total = fleet[["cost_usd", "unallocated_cost_usd", "stranded_cost_usd", "unavailable_cost_usd"]].sum(
+        axis=1
+    )
+    assert total.iloc[0] == pytest.approx(22.8 + 22.8 + 38 + 3.0)
+    assert rates.quoted(H100, (T0 + pd.Timedelta(hours=4)).to_pydatetime()) == pytest.approx(3.0)

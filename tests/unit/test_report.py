@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,9 +16,11 @@ import pytest
 from gpuwatch.config import Settings
 from gpuwatch.model import LEDGER_STATES, PriceBook, Window
 from gpuwatch.report import build_report, group_rows, json_schema, render
-from gpuwatch.service import FleetService, SimulatedSources
+from gpuwatch.service import Analysis, FleetService, SimulatedSources
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.sources.simulated.demo import (
+    DEMO_COMMITMENT,
+    DEMO_COMMITMENT_BEFORE_END,
     DEMO_PRICE_CHANGE,
     DEMO_PRICE_CHANGE_BEFORE_END,
     DEMO_PRICES_USD_PER_GPU_HOUR,
@@ -27,10 +30,14 @@ from gpuwatch.views.raw import filter_analysis
 
 
 @pytest.fixture(scope="module")
-def report() -> dict[str, Any]:
+def analysis() -> Analysis:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
-    service = FleetService.demo(Settings(), fleet)
-    return build_report(service.analysis(fleet.window))
+    return FleetService.demo(Settings(), fleet).analysis(fleet.window)
+
+
+@pytest.fixture(scope="module")
+def report(analysis: Analysis) -> dict[str, Any]:
+    return build_report(analysis)
 
 
 def test_demo_report_from_the_cli_validates_against_the_schema() -> None:
@@ -58,7 +65,7 @@ def test_schema_rejects_what_the_contract_forbids(report: dict[str, Any]) -> Non
         jsonschema.validate(bad, json_schema())
 
 
-def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any]) -> None:
+def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any], analysis: Analysis) -> None:
     fleet = report["fleet"]
     ledger = fleet["ledger_gpu_hours"]
     assert sum(ledger[s] for s in LEDGER_STATES) == pytest.approx(fleet["capacity_gpu_hours"])
@@ -73,9 +80,18 @@ def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any]
     assert sum(t["cost_usd"] for t in report["teams"]) == pytest.approx(fleet["cost_usd"])
     wastes = [t["waste_usd"] for t in report["teams"]]
     assert wastes == sorted(wastes, reverse=True)
-    # The stuck platform pods hold H100s at 0 %: idle past the first half hour, priced at $4/GPU-hour.
+    # The stuck platform pods hold H100s at 0 %: idle past the first half hour, priced at $4/GPU-hour on
+    # demand, and at (24 × $3.00 + 8 × $4.00) / 32 once 24 of the 32 H100s are reserved (the last 12 h).
     platform = next(t for t in report["teams"] if t["team"] == "platform")
-    assert platform["waste_usd"] == pytest.approx(platform["idle_gpu_hours"] * 4.0)
+    marked = analysis.marked
+    idle = marked[(marked["team"] == "platform") & marked["idle"]]
+    assert set(idle["pool"]) == {DEMO_COMMITMENT[0]}
+    reserved = idle["timestamp"] >= pd.Timestamp(analysis.window.end - DEMO_COMMITMENT_BEFORE_END)
+    hours = analysis.window.step_hours
+    before, after = (float(idle.loc[m, "ge_share"].sum()) * hours for m in (~reserved, reserved))
+    assert before > 1 and after > 1
+    assert platform["idle_gpu_hours"] == pytest.approx(before + after)
+    assert platform["waste_usd"] == pytest.approx(before * 4.0 + after * (24 * 3.0 + 8 * 4.0) / 32)
     assert platform["efficiency"] == 0.0
     assert not any(
         "unknown product" in w for w in report["coverage"]["warnings"]
@@ -159,7 +175,9 @@ def test_the_demo_prices_each_a100_hour_at_the_rate_in_force_when_it_ran() -> No
     end = datetime(2026, 11, 20, tzinfo=UTC)
     fleet = build_demo_fleet(seed=42, end=end, days=16, step_seconds=600)
     dated = FleetService.demo(Settings(), fleet)
-    flat = FleetService.demo(Settings(pricing=PriceBook(products=DEMO_PRICES_USD_PER_GPU_HOUR)), fleet)
+    # The same book with the A100 at its old price all along (the H100 commitment kept).
+    book = replace(dated.settings.pricing, products=DEMO_PRICES_USD_PER_GPU_HOUR)
+    flat = FleetService.demo(Settings(pricing=book), fleet)
     change = end - DEMO_PRICE_CHANGE_BEFORE_END
     a100, new_price = DEMO_PRICE_CHANGE
 

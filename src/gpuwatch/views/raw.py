@@ -7,7 +7,6 @@ import pandas as pd
 
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.report import build_report
-from gpuwatch.series import rates_at
 from gpuwatch.service import Analysis
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
 
@@ -39,7 +38,7 @@ class RawView(FleetView):
     def state_usd(self) -> dict[str, float]:
         def compute() -> dict[str, float]:
             by_node = self.analysis.by_node
-            price = rates_at(self.analysis.settings.pricing, by_node["pool"], by_node["timestamp"])
+            price = self.analysis.rates.at(by_node["pool"], by_node["timestamp"])
             hours = self.window.step_hours
             return {s: float((by_node[f"{s}_ge"] * price).sum() * hours) for s in LEDGER_STATES}
 

@@ -17,6 +17,7 @@ from gpuwatch.model import (
     RESOURCE_MIG_PREFIX,
     Allocation,
     Budgets,
+    Commitment,
     DatedPrice,
     EnergyTariff,
     Gpu,
@@ -62,6 +63,10 @@ DEMO_PRICES_USD_PER_GPU_HOUR: Mapping[str, float] = {
 # at both rates, a 24-hour or 7-day one at the new rate only.
 DEMO_PRICE_CHANGE_BEFORE_END = timedelta(days=14)
 DEMO_PRICE_CHANGE: tuple[str, float] = ("NVIDIA-A100-SXM4-80GB", 2.0)
+# 24 of the 32 H100s reserved at $3.00 from half a day before the fleet's end: the pool's GPU-hour then
+# costs (24 × 3.00 + 8 × 4.00) / 32 = $3.25.
+DEMO_COMMITMENT_BEFORE_END = timedelta(hours=12)
+DEMO_COMMITMENT: tuple[str, float, float] = ("NVIDIA-H100-80GB-HBM3", 24.0, 3.0)
 
 # Monthly budgets: llm-research forecast just over its budget, platform (mostly idle GPUs) well over;
 # idle-spend budgets for GPUTeamIdleSpendHigh.
@@ -79,9 +84,16 @@ def demo_price_book(
     default_usd_per_gpu_hour: float, end: datetime | None, energy: EnergyTariff | None = None
 ) -> PriceBook:
     """The demo's prices (and its energy tariff, unless `energy`); given the fleet's end, the A100's
-    price changes DEMO_PRICE_CHANGE_BEFORE_END before it."""
+    price changes DEMO_PRICE_CHANGE_BEFORE_END before it, and the H100 commitment begins
+    DEMO_COMMITMENT_BEFORE_END before it (for a year)."""
     products: dict[str, Price] = dict(DEMO_PRICES_USD_PER_GPU_HOUR)
+    commitments: dict[str, tuple[Commitment, ...]] = {}
     if end is not None:
+        committed, gpus, rate = DEMO_COMMITMENT
+        start = end - DEMO_COMMITMENT_BEFORE_END
+        commitments[committed] = (
+            Commitment(start=start, end=start + timedelta(days=365), gpus=gpus, usd_per_gpu_hour=rate),
+        )
         product, new_price = DEMO_PRICE_CHANGE
         old_price = DEMO_PRICES_USD_PER_GPU_HOUR[product]
         products[product] = (
@@ -89,7 +101,10 @@ def demo_price_book(
             DatedPrice(start=end - DEMO_PRICE_CHANGE_BEFORE_END, usd_per_gpu_hour=new_price),
         )
     return PriceBook(
-        default_usd_per_gpu_hour=default_usd_per_gpu_hour, products=products, energy=energy or DEMO_ENERGY
+        default_usd_per_gpu_hour=default_usd_per_gpu_hour,
+        products=products,
+        commitments=commitments,
+        energy=energy or DEMO_ENERGY,
     )
 
 
