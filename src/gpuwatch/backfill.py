@@ -25,6 +25,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
+from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Window
 from gpuwatch.series import Family, series_codes, write_openmetrics
@@ -99,19 +100,21 @@ def write_fleet_backfill(
     dcgm: bool = True,
     gpuwatch_series: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    settings: Settings | None = None,
 ) -> int:
     """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series with their hourly and
     daily roll-ups, one OpenMetrics file.
 
-    gpuwatch's series come from one analysis of the whole window (fragmentation under its request mix);
-    a fleet too large for that is written block by block with backfill.write_tsdb.
+    gpuwatch's series come from one analysis of the whole window (fragmentation under its request mix)
+    with `settings` (the demo's when None); a fleet too large for that is written block by block with
+    backfill.write_tsdb.
     """
     n = 0
     if dcgm:
         n += write_backfill(fleet, out, layout=layout, metrics=metrics, progress=progress, end_of_file=False)
     if gpuwatch_series:
         # Samples sit mid-interval like the DCGM ones, so avg_over_time(x[step]) at t_i + step reads sample i.
-        families = history_families(history_service(fleet), fleet.window)
+        families = history_families(history_service(fleet, settings), fleet.window)
         half = fleet.window.step_seconds / 2
         n += write_openmetrics(families, out, offset_seconds=half, end_of_file=False)
         hourly = rollup_families(families, offset_seconds=half)

@@ -297,7 +297,7 @@ def assemble(
     end where a price changes (price_cuts()), so every GPU-hour is priced at the rate of its time.
     """
     hours = SampleHours(sums.pieces)
-    prices = _published_prices(sums, hours)
+    prices = _published_prices(sums)
     price_of = _price_lookup(settings, sums)
     pool_hours = _pool_ledger(sums, hours)
     ledger = {f"{s}_gpu_hours": float(pool_hours[f"{s}_gpu_hours"].sum()) for s in LEDGER_STATES}
@@ -470,10 +470,15 @@ def _time_average(sums: pd.DataFrame, counts: pd.DataFrame, hours: SampleHours) 
     return mean
 
 
-def _published_prices(sums: HistorySums, hours: SampleHours) -> dict[str, float]:
-    """Each pool's published price per GPU-hour, time-averaged over the window."""
-    mean = _time_average(sums.price_sum, sums.price_count, hours).dropna()
-    return {str(pool): float(price) for pool, price in mean.items()}
+def _published_prices(sums: HistorySums) -> dict[str, float]:
+    """Each pool's price per GPU-hour as a table quotes it: the one published in the last piece it
+    published any (the raw path's: the one in force at the window's end)."""
+    prices = _piece_prices(sums).dropna().merge(sums.pieces[["piece", "end"]], on="piece")
+    latest = prices.sort_values("end", kind="stable").drop_duplicates("pool", keep="last")
+    return {
+        str(pool): float(price)
+        for pool, price in zip(latest["pool"], latest["usd_per_gpu_hour"], strict=True)
+    }
 
 
 def _pool_ledger(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:

@@ -303,9 +303,10 @@ class SimulationParams:
         )
 
 
-def history_service(fleet: SimulatedFleet) -> FleetService:
-    """The simulated fleet's service for writing its history: nothing cached, one analysis at a time."""
-    return FleetService(settings=demo_settings(), sources=SimulatedSources(fleet), cache_size=0)
+def history_service(fleet: SimulatedFleet, settings: Settings | None = None) -> FleetService:
+    """The simulated fleet's service for writing its history (with the demo's settings unless given):
+    nothing cached, one analysis at a time."""
+    return FleetService(settings=settings or demo_settings(), sources=SimulatedSources(fleet), cache_size=0)
 
 
 def history_families(service: FleetService, chunk: Window) -> list[Family]:

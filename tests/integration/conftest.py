@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gpuwatch.config import Settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import (
@@ -36,8 +37,9 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
     within the session and stopped at its end.
     """
     running: dict[
-        tuple[int, str, tuple[str, ...] | None, int | None, bool, Backend], BackfilledPrometheus
+        tuple[int, str, tuple[str, ...] | None, int | None, bool, Backend, int], BackfilledPrometheus
     ] = {}
+    kept: list[Settings | None] = []
 
     def make(
         fleet: SimulatedFleet,
@@ -47,6 +49,7 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
         step_seconds: int | None = None,
         gpuwatch_series: bool = False,
         backend: Backend = "prometheus",
+        settings: Settings | None = None,
     ) -> BackfilledPrometheus:
         key = (
             id(fleet),
@@ -55,7 +58,9 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
             step_seconds,
             gpuwatch_series,
             backend,
+            id(settings),  # kept alive below, so no other settings take its id
         )
+        kept.append(settings)
         if key not in running:
             workdir = tmp_path_factory.mktemp(f"{backend}-{layout}")
             running[key] = backfilled_prometheus(
@@ -66,6 +71,7 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
                 step_seconds=step_seconds,
                 gpuwatch_series=gpuwatch_series,
                 backend=backend,
+                settings=settings,
             )
         return running[key]
 

@@ -19,6 +19,7 @@ from typing import IO, Any, Literal, Protocol, Self
 import requests
 
 from gpuwatch.backfill import write_fleet_backfill
+from gpuwatch.config import Settings
 from gpuwatch.sources.simulated import SimulatedFleet
 from gpuwatch.sources.simulated.exposition import write_backfill
 
@@ -67,17 +68,19 @@ def write_backfill_file(
     metrics: Sequence[str] | None = None,
     step_seconds: int | None = None,
     gpuwatch_series: bool = False,
+    settings: Settings | None = None,
 ) -> BackfillStats:
     """(a) The fleet's OpenMetrics backfill at `path`, with how many samples, bytes and seconds it took.
 
-    gpuwatch_series appends gpuwatch's own history (at the fleet's step) after the DCGM families.
+    gpuwatch_series appends gpuwatch's own history (at the fleet's step, computed with `settings`, the
+    demo's by default) after the DCGM families.
     """
     began = time.perf_counter()
     with path.open("w", encoding="utf-8") as out:
         if gpuwatch_series:
             if step_seconds not in (None, fleet.window.step_seconds):
                 raise ValueError("gpuwatch series are written at the fleet's own step")
-            samples = write_fleet_backfill(fleet, out, layout=layout, metrics=metrics)
+            samples = write_fleet_backfill(fleet, out, layout=layout, metrics=metrics, settings=settings)
         else:
             samples = write_backfill(fleet, out, layout=layout, metrics=metrics, step_seconds=step_seconds)
     return BackfillStats(path, samples, path.stat().st_size, time.perf_counter() - began)
@@ -368,6 +371,7 @@ def backfilled_prometheus(
     keep_file: bool = False,
     gpuwatch_series: bool = False,
     backend: Backend = "prometheus",
+    settings: Settings | None = None,
 ) -> BackfilledPrometheus:
     """Backfill `fleet` into a fresh TSDB under `workdir` and start a Prometheus on it (stop it yourself).
 
@@ -383,6 +387,7 @@ def backfilled_prometheus(
         metrics=metrics,
         step_seconds=step_seconds,
         gpuwatch_series=gpuwatch_series,
+        settings=settings,
     )
     server: QueryServer
     if backend == "prometheus":

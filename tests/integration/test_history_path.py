@@ -27,9 +27,9 @@ import pytest
 
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
 from gpuwatch.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
-from gpuwatch.model import LEDGER_STATES, DatedPrice, Window
+from gpuwatch.model import LEDGER_STATES, Commitment, DatedPrice, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
-from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.service import FleetService, LiveSources, demo_settings, usage_tables
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
@@ -246,6 +246,61 @@ def test_a_report_without_workload_rows_reads_no_pod_and_changes_no_other_number
         assert got.keys() == expected.keys() and len(got) > 0
         for key, row in expected.items():
             _same_row(got[key], row)
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+@pytest.fixture(scope="module")
+def committed(
+    fleet: SimulatedFleet, prometheus_factory: PrometheusFactory, backend: Backend, kubeconfig: str
+) -> Settings:
+    """The demo's settings with 20 of the fleet's 32 H100s reserved at $3.00 (on demand $4.00) from the
+    window's tenth hour, and a Prometheus holding the gpuwatch_* history the exporter published under it."""
+    start = fleet.window.start + timedelta(hours=10)
+    base = demo_settings()
+    reserved = Commitment(start=start, end=start + timedelta(days=365), gpus=20, usd_per_gpu_hour=3.0)
+    book = replace(base.pricing, commitments={H100: (reserved,)})
+    published = replace(base, pricing=book)
+    prom = prometheus_factory(
+        fleet,
+        layout="servicemonitor",
+        metrics=UTIL,
+        gpuwatch_series=True,
+        backend=backend,
+        settings=published,
+    )
+    where = Settings(
+        prometheus=PrometheusSettings(url=prom.url), kubernetes=KubernetesSettings(kubeconfig=kubeconfig)
+    )
+    return replace(published, prometheus=where.prometheus, kubernetes=where.kubernetes)
+
+
+def test_committed_gpus_cost_the_same_on_both_paths(
+    fleet: SimulatedFleet, committed: Settings, settings: Settings
+) -> None:
+    analyses = [
+        FleetService(settings=s, sources=LiveSources(s)).analysis(fleet.window) for s in (settings, committed)
+    ]
+    paid = [float(usage_tables(a)["fleet_ledger"][list(STATE_USD)].sum(axis=1).iloc[0]) for a in analyses]
+    # From the tenth hour the H100s' GPU-hour costs (20 × 3.00 + 12 × 4.00) / 32 = 3.375 instead of 4.00:
+    # the fleet pays 14 h × 32 GPUs × 0.625 less, whatever state its GPUs were in.
+    assert paid[0] - paid[1] == pytest.approx(14 * 32 * (4.0 - 3.375))
+    cut = build_report(analyses[1])
+    assert _rows(cut, "pools", "pool")[(H100,)]["usd_per_gpu_hour"] == pytest.approx(3.375)
+    # The history path prices each piece at the blended rate the exporter published in it.
+    history = build_history_report(read_history(committed, fleet.window))
+    for key in ("cost_usd", "waste_usd", "unallocated_cost_usd", "stranded_cost_usd"):
+        assert history["fleet"][key] == pytest.approx(cut["fleet"][key], rel=1e-9), key
+    for section, keys in (("teams", ("team",)), ("pools", ("pool",))):
+        got, expected = _rows(history, section, *keys), _rows(cut, section, *keys)
+        for key, row in expected.items():
+            for column in ("cost_usd", "waste_usd", "stranded_cost_usd", "usd_per_gpu_hour"):
+                if column in row:
+                    assert got[key][column] == pytest.approx(row[column], rel=1e-9, abs=1e-9), (key, column)
+
+
+STATE_USD = ("cost_usd", "unallocated_cost_usd", "stranded_cost_usd", "unavailable_cost_usd")
 
 
 def test_a_window_without_gpuwatch_series_has_no_history(fleet: SimulatedFleet, settings: Settings) -> None:

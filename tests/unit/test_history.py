@@ -449,8 +449,9 @@ def test_a_price_change_inside_the_window_prices_each_piece_at_its_rate() -> Non
     assert namespace["waste_usd"] == pytest.approx(48.0 + 48.0)
     assert report["fleet"]["cost_usd"] == pytest.approx(228.0)
     assert report["fleet"]["waste_usd"] == pytest.approx(96.0)
-    # The pool's price shown: its published mean, else the book's at the window's end.
-    assert {p["pool"]: p["usd_per_gpu_hour"] for p in report["pools"]} == {ACME: 2.0, H100: 4.5}
+    # The pool's price shown: the one published in its last piece, else the book's at the window's end
+    # (as the raw path quotes the price in force at the end).
+    assert {p["pool"]: p["usd_per_gpu_hour"] for p in report["pools"]} == {ACME: 2.0, H100: 5.0}
     assert not any("changes at" in w for w in report["coverage"]["warnings"])
 
 
