@@ -14,7 +14,7 @@ from pandas.core.groupby import DataFrameGroupBy
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, utc
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, in_force, utc
 from gpuwatch.service import Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
@@ -162,10 +162,17 @@ def read_pieces(
 
 
 def price_cuts(settings: Settings, window: Window) -> tuple[datetime, ...]:
-    """The instants inside the window at which a dated price takes effect: with pieces cut there
-    (read_pieces), each piece of a pool is priced at one rate, the one in force (SPEC: every GPU-hour at
-    the price of its sample's time)."""
-    return tuple(sorted({when for _, when in settings.pricing.changes(window.start, window.end)}))
+    """The instants inside the window at which a dated price or energy tariff takes effect, or a
+    commitment begins or ends: with pieces cut there (read_pieces), each piece of a pool is priced at
+    one rate, the one in force (SPEC: every GPU-hour at the price of its sample's time)."""
+    changes = {when for _, when in settings.pricing.changes(window.start, window.end)}
+    tariff = settings.pricing.energy
+    changes |= {
+        w
+        for w, _ in (tariff.usd_per_kwh if tariff else ())
+        if w is not None and window.start < w <= window.end
+    }
+    return tuple(sorted(changes))
 
 
 def read_sums(
@@ -230,7 +237,8 @@ def scope_sums(
         frame = narrowed[name]
         narrowed[name] = frame if pools is None else frame[frame["node"].isin(nodes)].reset_index(drop=True)
     pods = {
-        k: narrowed[k] for k in ("pod_allocated", "pod_idle", "pod_unknown", "pod_used", "pod_last_allocated")
+        k: narrowed[k]
+        for k in ("pod_allocated", "pod_idle", "pod_unknown", "pod_used", "pod_power", "pod_last_allocated")
     }
     narrowed |= pod_totals(pods)
     if teams:  # the teams' share of their GPUs' energy: the scope's whole energy (nothing unheld)
@@ -317,9 +325,10 @@ def assemble(
             "unavailable_cost_usd": [dollars("unavailable")],
         }
     )
-    workloads = _workloads(sums, hours, price_of)
+    energy_rate = _energy_rate_lookup(settings, sums)
+    workloads = _workloads(sums, hours, price_of, energy_rate)
     teams = _teams(sums, hours)
-    namespaces = _namespaces(sums, hours, price_of)
+    namespaces = _namespaces(sums, hours, price_of, energy_rate)
     energy_kwh = hours.total(sums.pool_power) / WATT_HOURS_PER_KWH if len(sums.pool_power) else math.nan
     fleet = pd.DataFrame(
         {
@@ -353,9 +362,8 @@ def assemble(
         if not settings.pricing.knows(p)
     ]
     warnings.append(
-        "history path: energy is read per team and pool, not per namespace or workload, and right-sizing "
-        "needs each workload's compute and memory sample by sample (those are unknown; --source raw "
-        "computes them)"
+        "history path: right-sizing needs each workload's compute and memory sample by sample (unknown "
+        "here; --source raw computes it)"
     )
     warnings.append(
         "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "
@@ -567,7 +575,7 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
 def workload_table(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     """assemble()'s workload table alone: one row per pod of the pod families in `sums`."""
     hours = SampleHours(sums.pieces)
-    return _workloads(sums, hours, _price_lookup(settings, sums))
+    return _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
 
 
 def _last_seen(sums: HistorySums) -> pd.DataFrame:
@@ -589,9 +597,12 @@ def _namespace_family(sums: HistorySums, family: str) -> pd.DataFrame:
     return frame[frame["family"] == family]
 
 
-def _namespaces(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd.DataFrame:
-    """One row per namespace (and team): GE-hours, dollars and pods, from the pods' sums per namespace
-    and pool (used_gpu_hours unknown where no pod of it had telemetry)."""
+def _namespaces(
+    sums: HistorySums, hours: SampleHours, price_of: "PriceOf", energy_rate: "PriceOf"
+) -> pd.DataFrame:
+    """One row per namespace (and team): GE-hours, dollars, pods and energy, from the pods' sums per
+    namespace and pool (used_gpu_hours unknown where no pod of it had telemetry, energy where none had
+    power readings)."""
     keys = ["namespace", "team"]
     frame = sums.namespace_sums
     frame = frame.assign(gpu_hours=hours.weighted(frame))
@@ -613,10 +624,43 @@ def _namespaces(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> p
     )
     pods = sums.namespace_pods.set_index(keys)["value"]
     out["pods"] = pods.reindex(out.index).fillna(0).astype("int64")
-    return out.reset_index().astype({"namespace": "str", "team": "str"})
+    out = out.reset_index().astype({"namespace": "str", "team": "str"})
+    return out.merge(_energy(_namespace_family(sums, "power"), hours, energy_rate, keys), on=keys, how="left")
 
 
-def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd.DataFrame:
+def _energy(
+    power: pd.DataFrame, hours: SampleHours, energy_rate: "PriceOf", keys: Sequence[str]
+) -> pd.DataFrame:
+    """keys, energy_kwh and energy_cost_usd per group of a power family (Σ W per piece): W × sample hours
+    / 1000 is kWh, × PUE × the tariff of its piece is USD (pieces end where the tariff changes)."""
+    kwh = hours.weighted(power) / WATT_HOURS_PER_KWH
+    frame = power[list(keys)].assign(energy_kwh=kwh, energy_cost_usd=kwh.to_numpy() * energy_rate(power))
+    # min_count: a group whose every piece is unpriced (no tariff) costs NaN, never 0
+    return frame.groupby(list(keys), as_index=False, sort=True).sum(min_count=1)
+
+
+def _energy_rate_lookup(settings: Settings, sums: HistorySums) -> "PriceOf":
+    """Each row's USD per kWh drawn by a GPU (rows of a piece): PUE × the tariff in force at its piece's
+    middle (a piece ends where the tariff changes, price_cuts()); NaN without pricing.energy."""
+    tariff = settings.pricing.energy
+    pieces = sums.pieces.set_index("piece")
+    middles = pieces["end"] - pd.to_timedelta(pieces["seconds"] / 2, unit="s")
+    seconds = (middles - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+    if tariff is None:
+        rates = pd.Series(np.nan, index=pieces.index)
+    else:
+        starts, prices = tariff.schedule()
+        rates = pd.Series(tariff.pue * in_force(starts, prices, seconds, before=np.nan), index=pieces.index)
+
+    def rate_of(frame: pd.DataFrame) -> "np.ndarray[Any, np.dtype[np.float64]]":
+        return np.asarray(rates.reindex(frame["piece"].to_numpy(dtype=np.int64)), dtype=np.float64)
+
+    return rate_of
+
+
+def _workloads(
+    sums: HistorySums, hours: SampleHours, price_of: "PriceOf", energy_rate: "PriceOf"
+) -> pd.DataFrame:
     """One row per pod (namespace, pod, team): GE-hours, dollars, and at its last sample node, pool,
     gpus and idle_since (set only when every GE it held then was idle, as idle_since() in the raw path)."""
     keys = list(POD_KEYS)
@@ -640,7 +684,8 @@ def _workloads(sums: HistorySums, hours: SampleHours, price_of: "PriceOf") -> pd
     out = _idle_split(summed, sums, hours, WORKLOAD_KEYS).merge(latest, on=list(WORKLOAD_KEYS), how="left")
     out["gpus"] = out["gpus"].fillna(0.0)
     out["pods"] = 1
-    return out
+    keys = list(WORKLOAD_KEYS)
+    return out.merge(_energy(sums.pod_power, hours, energy_rate, keys), on=keys, how="left")
 
 
 def _teams(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:

@@ -628,11 +628,16 @@ def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     present = [k for k in _WORKLOAD_NUMBERS if k in ordered]
     numbers = ordered[present].astype("float64").fillna({"used_gpu_hours": 0.0})
     columns.update({k: numbers[k].tolist() for k in present})
-    for k in (*IDLE_SPLIT, *ENERGY):  # unknown (NaN, or not read) is null
+    for k in IDLE_SPLIT:  # unknown (NaN, or not read) is null
         if "idle_gpu_hours" in columns:
             columns[k] = (
                 [v if v == v else None for v in columns[k]] if k in columns else [None] * len(ordered)
             )
+    for k in ENERGY:  # unknown (NaN, or not measured) is null; idle rows (no allocation read) have none
+        if k in columns:
+            columns[k] = [v if v == v else None for v in columns[k]]
+        elif "allocated_gpu_hours" in columns:
+            columns[k] = [None] * len(ordered)
     if "idle_since" in ordered:
         since = pd.to_datetime(ordered["idle_since"], utc=True)
         texts = since.dt.strftime(_ISO_FORMAT).tolist()

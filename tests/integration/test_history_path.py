@@ -37,6 +37,7 @@ from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPromethe
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
 UTIL = RAW_PATH_METRICS
+ENERGY = ("energy_kwh", "energy_cost_usd")
 REL = 0.02  # the issue's tolerance; measured differences are float rounding (~1e-13)
 Report = dict[str, Any]
 SECTIONS = {
@@ -143,7 +144,15 @@ def test_namespaces_workloads_and_pending_agree(fleet: SimulatedFleet, raw: Repo
     got, expected = _rows(history, "namespaces", "namespace"), _rows(raw, "namespaces", "namespace")
     assert got.keys() == expected.keys()
     for namespace, row in expected.items():
-        for key in ("allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "cost_usd", "waste_usd"):
+        for key in (
+            "allocated_gpu_hours",
+            "used_gpu_hours",
+            "idle_gpu_hours",
+            "cost_usd",
+            "waste_usd",
+            "energy_kwh",
+            "energy_cost_usd",
+        ):
             assert got[namespace][key] == pytest.approx(row[key], rel=REL, abs=1e-9), (namespace, key)
     got, expected = (
         _rows(history, "workloads", "namespace", "pod"),
@@ -151,11 +160,16 @@ def test_namespaces_workloads_and_pending_agree(fleet: SimulatedFleet, raw: Repo
     )
     assert got.keys() == expected.keys()
     for pod, row in expected.items():
-        for key in ("allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "waste_usd"):
+        for key in ("allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "waste_usd", *ENERGY):
+            if row[key] is None:  # unknown (no power reading) on both paths, never 0
+                assert got[pod][key] is None, (pod, key)
+                continue
             assert got[pod][key] == pytest.approx(row[key], rel=REL, abs=1e-9), (pod, key)
         for key in ("team", "node", "pool", "gpus", "idle_since"):
             assert got[pod][key] == row[key], (pod, key)
     assert any(r["idle_since"] for r in expected.values())
+    # Each workload's energy (its GE share of its GPUs' power) and its cost at the tariff: known for some.
+    assert sum(r["energy_kwh"] > 0 for r in expected.values() if r["energy_kwh"] is not None) > 10
     # History has each pending pod's wait as the exporter's latest cycle published it: up to a step
     # before the window's end, where the raw path measures it.
     got, expected = _rows(history, "pending", "namespace", "pod"), _rows(raw, "pending", "namespace", "pod")

@@ -244,8 +244,9 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
     """On the recorded path over the whole fleet, what pages draw before (or instead of) every pod's
     series is the whole report's: the headline, the summary's teams, namespaces and pools (from sums per
     namespace and pool), the pool rows, the most wasteful workloads, the idle ones, those idle now and the
-    count of workloads. None of it asks Prometheus for every pod's
-    allocated or busy GE."""
+    count of workloads. None of it asks Prometheus for every pod's busy GE, nor for every pod's allocated
+    GE but once, summed per pool (namespace, pod, team, pool): the namespaces' allocation and their pods
+    are both counted from that one read (a pod count summed in Prometheus looks every pod up again)."""
     service = _service(prom, kubeconfig, 0)
     view = open_view(service, fleet.window, computed_at=NOW)
     source = service.sources.recorded()
@@ -264,8 +265,12 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
         "count": view.workload_count(),
     }
     summed = [q for q in sent if "sum_over_time" in q and re.search("gpuwatch_pod_gpu_(allocation|used)", q)]
-    per_namespace = ("sum by (\n  namespace, team, pool\n)", "count by (namespace, team)")
-    assert summed and all(q.startswith(per_namespace) or "pod=~" in q for q in summed)
+    per_namespace = "sum by (\n  namespace, team, pool\n)"
+    per_pod = [q for q in summed if q.startswith("sum by (\n  namespace, pod, team, pool\n)")]
+    assert per_pod and all("gpuwatch_pod_gpu_allocation" in q for q in per_pod)
+    assert len(per_pod) == len(set(per_pod))  # read once
+    others = [q for q in summed if q not in per_pod]
+    assert others and all(q.startswith(per_namespace) or "pod=~" in q for q in others)
     whole_view = open_view(_service(prom, kubeconfig, 0), fleet.window, computed_at=NOW)
     whole = whole_view.report
     summary = cheap["summary"]

@@ -21,7 +21,7 @@ from gpuwatch.history import (
     wants_history,
     workload_table,
 )
-from gpuwatch.model import Budgets, DatedPrice, PriceBook, Window
+from gpuwatch.model import Budgets, DatedPrice, EnergyTariff, PriceBook, Window
 from gpuwatch.report import build_history_report, json_schema, render, workload_rows
 from gpuwatch.sources import promql
 from gpuwatch.sources.prometheus import HistorySums, day_span, pod_totals, window_pieces
@@ -46,6 +46,7 @@ LABELS = {
     "pod_idle_since": POD,
     "pod_idle_held": POD,
     "pod_idle_abandoned": POD,
+    "pod_power": POD,
     "fragmentation_sum": ("pool",),
     "fragmentation_count": ("pool",),
     "fragmented_sum": ("pool",),
@@ -385,6 +386,47 @@ def test_nothing_but_empty_frames_is_a_report() -> None:
     jsonschema.validate(report, json_schema())
     assert report["fleet"]["capacity_gpu_hours"] == 0.0
     assert report["teams"] == report["workloads"] == report["pools"] == []
+
+
+def test_a_workloads_and_namespaces_energy_is_priced_at_the_tariff_of_each_piece() -> None:
+    """A day cut where the tariff goes from $0.10 to $0.20 per kWh at 12:00 (PUE 1.5): two pieces of 720
+    samples of 60 s. Pod a's share of its GPUs draws 400 W in the morning and 200 W in the afternoon;
+    pod b has no power reading at all (its energy unknown, never 0)."""
+    change = datetime(2026, 11, 17, 12, tzinfo=UTC)
+    window = Window(start=WINDOW.start, end=WINDOW.start + timedelta(days=1), step_seconds=60)
+    tariff = EnergyTariff(usd_per_kwh=((None, 0.10), (change, 0.20)), pue=1.5)
+    settings = Settings(pricing=PriceBook(products={H100: 4.0}, energy=tariff))
+    assert price_cuts(settings, window) == (change,)
+    pieces = pd.DataFrame(
+        {
+            "piece": [0, 1],
+            "end": pd.to_datetime([change, window.end], utc=True),
+            "seconds": [43_200.0, 43_200.0],
+            "samples": [720.0, 720.0],
+        }
+    )
+    a, b = ("ml", "a", "ml", "n1", H100), ("ml", "b", "ml", "n1", H100)
+    n = 720
+    sums = _sums(
+        pieces=pieces,
+        pool_states=[(k, H100, "allocated_active", 2 * n) for k in (0, 1)],
+        pod_allocated=[(k, *p, n) for k in (0, 1) for p in (a, b)],
+        pod_last_allocated=[(1, *a, 1.0), (1, *b, 1.0)],
+        pod_power=[(0, *a, 400.0 * n), (1, *a, 200.0 * n)],
+    )
+    report = build_history_report(assemble(sums, window=window, settings=settings))
+    workloads = {w["pod"]: w for w in report["workloads"]}
+    # 400 W × 12 h = 4.8 kWh at 1.5 × $0.10, then 200 W × 12 h = 2.4 kWh at 1.5 × $0.20.
+    assert workloads["a"]["energy_kwh"] == pytest.approx(4.8 + 2.4)
+    assert workloads["a"]["energy_cost_usd"] == pytest.approx(4.8 * 1.5 * 0.10 + 2.4 * 1.5 * 0.20)
+    assert workloads["b"]["energy_kwh"] is None and workloads["b"]["energy_cost_usd"] is None
+    (namespace,) = report["namespaces"]
+    assert namespace["energy_kwh"] == pytest.approx(7.2)
+    assert namespace["energy_cost_usd"] == pytest.approx(1.44)
+    # Without a tariff the energy is measured and its cost unknown.
+    unpriced = build_history_report(assemble(sums, window=window, settings=Settings()))
+    assert unpriced["namespaces"][0]["energy_kwh"] == pytest.approx(7.2)
+    assert unpriced["namespaces"][0]["energy_cost_usd"] is None
 
 
 def test_a_price_change_inside_the_window_prices_each_piece_at_its_rate() -> None:

@@ -692,6 +692,7 @@ class HistorySums:
     pod_idle_since: pd.DataFrame  # ... idle-since epoch seconds at the last sample that had one
     pod_idle_held: pd.DataFrame  # ... Σ idle GE with the framebuffer in use *
     pod_idle_abandoned: pd.DataFrame  # ... Σ idle GE with the framebuffer near empty *
+    pod_power: pd.DataFrame  # ... Σ W its GPUs drew (its GE share of each; absent where unknown)
     # What the report needs of the pods without them (from the pod families when those were read):
     namespace_sums: pd.DataFrame  # namespace, team, pool, family (NAMESPACE_FAMILIES): Σ GE of the pods
     namespace_pods: pd.DataFrame  # namespace, team: distinct pods seen in the window (no `piece`)
@@ -896,13 +897,15 @@ POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
         name: partial(promql.pod_gpus_sum_query, metric, nonzero=True)
         for name, metric in zip(POD_IDLE_SPLIT, promql.POD_IDLE_SPLIT_METRICS, strict=True)
     },
+    "pod_power": partial(promql.pod_gpus_sum_query, promql.POD_POWER_METRIC),
 }
 
 
 # namespace_sums' families: the pod family each sums.
-NAMESPACE_FAMILIES: Final = dict(
-    zip(("allocated", "idle", "used", "unknown"), promql.POD_SUM_METRICS, strict=True)
-)
+NAMESPACE_FAMILIES: Final = {
+    **dict(zip(("allocated", "idle", "used", "unknown"), promql.POD_SUM_METRICS, strict=True)),
+    "power": promql.POD_POWER_METRIC,
+}
 PODS_SEEN: Final = "pods"  # PodFamilies.totals(): the pods counted
 _POD_POOLS: Final = "pod_pools"  # PodFamilies: each pod's allocation per pool (_pod_pools)
 POD_POOL_LABELS: Final = ("namespace", "pod", "team", "pool")

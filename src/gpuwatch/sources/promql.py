@@ -275,6 +275,7 @@ POOL_MEAN_METRICS = ("gpuwatch_pool_fragmentation_ratio", "gpuwatch_pool_price_u
 POOL_GE_METRICS = ("gpuwatch_pool_fragmented_gpus", "gpuwatch_pool_schedulable_free_gpus")
 NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting")
 # Energy, summed over a window: W × sample hours / 1000 is kWh, USD/h × sample hours is USD.
+POD_POWER_METRIC = "gpuwatch_pod_gpu_power_watts"  # a workload's energy: Σ W × sample hours
 TEAM_ENERGY_METRICS = ("gpuwatch_team_gpu_power_watts", "gpuwatch_team_energy_cost_usd_per_hour")
 POOL_ENERGY_METRICS = ("gpuwatch_pool_gpu_power_watts", "gpuwatch_pool_energy_cost_usd_per_hour")
 
@@ -392,6 +393,7 @@ ROLLUPS: Final = (
     ("gpuwatch_node_gpu_capacity", "sum_over_time"),
     ("gpuwatch_node_gpus_reporting", "sum_over_time"),
     *((metric, "sum_over_time") for metric in (*TEAM_ENERGY_METRICS, *POOL_ENERGY_METRICS)),
+    (POD_POWER_METRIC, "sum_over_time"),
 )
 
 
@@ -604,7 +606,7 @@ def pod_gpus_sum_query(
           )
         )
     """
-    metric = _one_of_metrics(metric, (*POD_SUM_METRICS, *POD_IDLE_SPLIT_METRICS))
+    metric = _one_of_metrics(metric, (*POD_SUM_METRICS, *POD_IDLE_SPLIT_METRICS, POD_POWER_METRIC))
     query = _summed(
         POD_HISTORY_LABELS, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers
     )
@@ -668,7 +670,7 @@ def namespace_gpus_sum_query(
           sum_over_time(day:gpuwatch_pod_gpu_used:sum_over_time[86399999ms])
         )
     """
-    metric = _one_of_metrics(metric, POD_SUM_METRICS)
+    metric = _one_of_metrics(metric, (*POD_SUM_METRICS, POD_POWER_METRIC))
     return _summed(by, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
 
 
