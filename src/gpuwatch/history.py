@@ -122,8 +122,8 @@ def _namespace_sums(
     prometheus: PrometheusSource, window: Window, *, piece_seconds: int, cuts: Sequence[datetime], detail: str
 ) -> HistorySums:
     """read_sums() with the per-pod families left out but the idle pods' (pod_idle and its split), and
-    the namespace sums and pods counted by Prometheus (PodFamilies.totals), read side by side: all of
-    them at NAMESPACE, at TEAM only the busy GE (the pools' used GPU-hours) and the pods."""
+    the namespace sums and pods seen (PodFamilies.totals), read side by side: all of them at NAMESPACE,
+    at TEAM only the busy GE (the pools' used GPU-hours) and the pods."""
     pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
     pods = PodFamilies(prometheus, pieces)
     with ThreadPoolExecutor(max_workers=2) as pool:

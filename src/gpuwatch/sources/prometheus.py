@@ -908,7 +908,7 @@ NAMESPACE_FAMILIES: Final = {
 }
 PODS_SEEN: Final = "pods"  # PodFamilies.totals(): the pods counted
 _POD_POOLS: Final = "pod_pools"  # PodFamilies: each pod's allocation per pool (_pod_pools)
-POD_POOL_LABELS: Final = ("namespace", "pod", "team", "pool")
+_POD_POOL_LABELS: Final = ("namespace", "pod", "team", "pool")
 
 
 class PodFamilies:
@@ -974,8 +974,9 @@ class PodFamilies:
     def totals(self, *families: str) -> dict[str, pd.DataFrame]:
         """HistorySums' namespace_sums of `families` (of NAMESPACE_FAMILIES; namespace_pods too when
         PODS_SEEN is one of them) and, when none are named, of all with namespace_pods, each once and
-        kept: the idle GE from the idle pods' family (a tenth of the pods), the others summed by
-        Prometheus (one row per namespace, team, pool and piece), the pods counted from its lists."""
+        kept: the idle GE from the idle pods' family (a tenth of the pods), the allocated GE and the pods
+        from one read of each pod's allocation per pool, the others summed by Prometheus (one row per
+        namespace, team, pool and piece)."""
         wanted = families or (*NAMESPACE_FAMILIES, PODS_SEEN)
         read = {n: f.result() for n, f in self._once(self._totals, wanted, self._total).items()}
         parts = [read[n].assign(family=n) for n in wanted if n != PODS_SEEN]
@@ -996,9 +997,9 @@ class PodFamilies:
         The namespaces' allocation and their pods are both counted from it: Prometheus looks the pods'
         series up once, not twice (a month's ~50,000 pods: most of a query's cost)."""
         query = partial(
-            promql.namespace_gpus_sum_query, _ALLOCATION, by=POD_POOL_LABELS, matchers=self.matchers
+            promql.namespace_gpus_sum_query, _ALLOCATION, by=_POD_POOL_LABELS, matchers=self.matchers
         )
-        return _family(self.source, self.pieces, query, POD_POOL_LABELS)
+        return _family(self.source, self.pieces, query, _POD_POOL_LABELS)
 
 
 class PodReader:
