@@ -281,3 +281,14 @@ def test_a_team_filter_keeps_that_teams_energy_alone() -> None:
     assert scoped["fleet"]["energy_kwh"] == pytest.approx(team["energy_kwh"])
     assert scoped["fleet"]["unallocated_energy_kwh"] == 0.0  # free GPUs belong to no team
     assert [t["energy_kwh"] for t in scoped["teams"]] == [pytest.approx(team["energy_kwh"])]
+
+
+def test_a_fleet_without_power_readings_reports_its_energy_unknown(analysis: Analysis) -> None:
+    # No DCGM energy counter or power at all: every energy number is null (unknown), never 0, and the
+    # report still validates (its energy fields are required).
+    report = build_report(replace(analysis, energy=None))
+    jsonschema.validate(report, json_schema())
+    assert report["fleet"]["energy_kwh"] is None and report["fleet"]["energy_cost_usd"] is None
+    for section in ("teams", "namespaces", "workloads"):
+        assert report[section] and all(r["energy_kwh"] is None for r in report[section]), section
+        assert all(r["energy_cost_usd"] is None for r in report[section]), section
