@@ -361,6 +361,15 @@ def assemble(
         for p in sorted(set(pools["pool"].astype("str")) - set(prices))
         if not settings.pricing.knows(p)
     ]
+    missing = _pod_power_gaps(sums)
+    if missing:  # an hour or day whose pods' power is not there: no namespace's or workload's is whole
+        for table in (workloads, namespaces):
+            table[["energy_kwh", "energy_cost_usd"]] = math.nan
+        warnings.append(
+            f"history path: {missing} piece(s) of the window hold the GPUs' power but no pod's (recording "
+            "rules older than the roll-ups of gpuwatch_pod_gpu_power_watts?): namespace and workload "
+            "energy unknown; load the current gpuwatch-recording.rules.yml"
+        )
     warnings.append(
         "history path: right-sizing needs each workload's compute and memory sample by sample (unknown "
         "here; --source raw computes it)"
@@ -626,6 +635,14 @@ def _namespaces(
     out["pods"] = pods.reindex(out.index).fillna(0).astype("int64")
     out = out.reset_index().astype({"namespace": "str", "team": "str"})
     return out.merge(_energy(_namespace_family(sums, "power"), hours, energy_rate, keys), on=keys, how="left")
+
+
+def _pod_power_gaps(sums: HistorySums) -> int:
+    """Pieces in which pods held GPUs and the GPUs' power was published, but no pod's power was read:
+    read from roll-ups written before gpuwatch_pod_gpu_power_watts had its own."""
+    held = set(_namespace_family(sums, "allocated")["piece"])
+    powered = set(sums.pool_power["piece"])
+    return len((held & powered) - set(_namespace_family(sums, "power")["piece"]))
 
 
 def _energy(

@@ -2,7 +2,7 @@
 
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -90,6 +90,10 @@ def _sums(
             | ({"piece": "int64"} if "piece" in columns else {})
         )
     return HistorySums(pieces=pieces, **frames, **pod_totals(frames))
+
+
+def _pod_frames(sums: HistorySums) -> dict[str, pd.DataFrame]:
+    return {f.name: getattr(sums, f.name) for f in fields(sums) if f.name.startswith("pod_")}
 
 
 def _fleet() -> HistorySums:
@@ -423,6 +427,18 @@ def test_a_workloads_and_namespaces_energy_is_priced_at_the_tariff_of_each_piece
     (namespace,) = report["namespaces"]
     assert namespace["energy_kwh"] == pytest.approx(7.2)
     assert namespace["energy_cost_usd"] == pytest.approx(1.44)
+    # Recording rules older than the pods' power roll-ups: the GPUs' power is there in the morning but no
+    # pod's. No namespace's or workload's energy is whole: unknown, and said.
+    sums = replace(sums, pool_power=pd.DataFrame({"piece": [0, 1], "pool": [H100] * 2, "value": [1.0] * 2}))
+    old_rules = replace(sums, pod_power=sums.pod_power[sums.pod_power["piece"] == 1])
+    old_rules = replace(old_rules, **pod_totals(_pod_frames(old_rules)))
+    stale = build_history_report(assemble(old_rules, window=window, settings=settings))
+    assert stale["namespaces"][0]["energy_kwh"] is None
+    assert all(w["energy_kwh"] is None and w["energy_cost_usd"] is None for w in stale["workloads"])
+    assert any("recording rules older" in w for w in stale["coverage"]["warnings"])
+    whole = build_history_report(assemble(sums, window=window, settings=settings))
+    assert whole["namespaces"][0]["energy_kwh"] == pytest.approx(7.2)
+    assert not any("recording rules older" in w for w in whole["coverage"]["warnings"])
     # Without a tariff the energy is measured and its cost unknown.
     unpriced = build_history_report(assemble(sums, window=window, settings=Settings()))
     assert unpriced["namespaces"][0]["energy_kwh"] == pytest.approx(7.2)
