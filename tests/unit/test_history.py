@@ -392,6 +392,18 @@ def test_nothing_but_empty_frames_is_a_report() -> None:
     assert report["teams"] == report["workloads"] == report["pools"] == []
 
 
+def _halves(window: Window, change: datetime) -> pd.DataFrame:
+    """A day's pieces cut at `change` (noon): two of 720 samples of 60 s."""
+    return pd.DataFrame(
+        {
+            "piece": [0, 1],
+            "end": pd.to_datetime([change, window.end], utc=True),
+            "seconds": [43_200.0, 43_200.0],
+            "samples": [720.0, 720.0],
+        }
+    )
+
+
 def test_a_workloads_and_namespaces_energy_is_priced_at_the_tariff_of_each_piece() -> None:
     """A day cut where the tariff goes from $0.10 to $0.20 per kWh at 12:00 (PUE 1.5): two pieces of 720
     samples of 60 s. Pod a's share of its GPUs draws 400 W in the morning and 200 W in the afternoon;
@@ -401,14 +413,7 @@ def test_a_workloads_and_namespaces_energy_is_priced_at_the_tariff_of_each_piece
     tariff = EnergyTariff(usd_per_kwh=((None, 0.10), (change, 0.20)), pue=1.5)
     settings = Settings(pricing=PriceBook(products={H100: 4.0}, energy=tariff))
     assert price_cuts(settings, window) == (change,)
-    pieces = pd.DataFrame(
-        {
-            "piece": [0, 1],
-            "end": pd.to_datetime([change, window.end], utc=True),
-            "seconds": [43_200.0, 43_200.0],
-            "samples": [720.0, 720.0],
-        }
-    )
+    pieces = _halves(window, change)
     a, b = ("ml", "a", "ml", "n1", H100), ("ml", "b", "ml", "n1", H100)
     n = 720
     sums = _sums(
@@ -458,14 +463,7 @@ def test_a_price_change_inside_the_window_prices_each_piece_at_its_rate() -> Non
     )
     settings = Settings(pricing=PriceBook(products={ACME: dated}))
     assert price_cuts(settings, window) == (change,)
-    pieces = pd.DataFrame(
-        {
-            "piece": [0, 1],
-            "end": pd.to_datetime([change, window.end], utc=True),
-            "seconds": [43_200.0, 43_200.0],
-            "samples": [720.0, 720.0],
-        }
-    )
+    pieces = _halves(window, change)
     a, h = ("ml", "a", "ml", "n1", ACME), ("ml", "h", "ml", "n2", H100)
     n = 720
     sums = _sums(

@@ -27,9 +27,8 @@ class PoolRates:
     def of(cls, book: PriceBook, by_node: pd.DataFrame) -> "PoolRates":
         """The rates of a window's samples from Ledger.by_node (a node's GE over the ledger states is its
         GPUs); a committed product with no node at a sample has no GPU present then."""
-        named = {normalize_product(p) for p in book.commitments}  # pools are normalized product names
-        committed = sorted({*by_node["pool"].astype("str"), *named} - {""})
-        committed = [p for p in committed if book.commits(p)]
+        # Pools are normalized product names, as the book's keys are made.
+        committed = sorted({normalize_product(p) for p in book.commitments if book.commits(p)} - {""})
         if not committed or not len(by_node):
             return cls(book, pd.DataFrame({"timestamp": [], "pool": [], "gpus": []}))
         gpus = sum(by_node[f"{state}_ge"].to_numpy() for state in LEDGER_STATES)
