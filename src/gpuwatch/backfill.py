@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -165,10 +166,12 @@ def rollup_families(
         points = per_point.tail(1) if last else per_point.agg(value=("value", "mean")).reset_index()
         points = points.assign(hour=-(-points["grid"].to_numpy() // hour_ms) * hour_ms)
         per_hour = points.sort_values("grid", kind="stable").groupby(["series", "hour"], sort=False)["value"]
-        reduced = {
+        reduced: dict[str, Callable[[], pd.Series]] = {
             "sum_over_time": per_hour.sum,
             "count_over_time": per_hour.count,
             "last_over_time": per_hour.last,
+            "max_over_time": per_hour.max,
+            "p95_over_time": partial(per_hour.quantile, 0.95),  # interpolated, as quantile_over_time
         }
         rolled = reduced[function]().reset_index()
         if (metric, function) in promql.NONZERO_ROLLUPS:
@@ -197,8 +200,9 @@ DAY_EVALUATION_SECONDS = 23 * 3600 + 1800
 def day_rollup_families(hourly: Sequence[Family]) -> list[Family]:
     """The daily roll-ups the gpuwatch.rollup.daily rules make of these hourly ones, evaluated every day
     at DAY_EVALUATION_SECONDS after midnight UTC: per series, the sum (or the last) of its hourly samples
-    evaluated in (D − lag − 1 d, D − lag]. Only days evaluated by the last hour given (+ lag) are written,
-    so blocks written apart give each day once when each holds the hours of whole UTC days."""
+    evaluated in (D − lag − 1 d, D − lag] (the highest, for promql.POD_NEED_ROLLUPS). Only days evaluated
+    by the last hour given (+ lag) are written, so blocks written apart give each day once when each
+    holds the hours of whole UTC days."""
     day_ms, lag_ms = promql.DAY_SECONDS * 1000, promql.DAY_ROLLUP_LAG_SECONDS * 1000
     phase_ms = DAY_EVALUATION_SECONDS * 1000
     out: list[Family] = []
@@ -218,7 +222,8 @@ def day_rollup_families(hourly: Sequence[Family]) -> list[Family]:
         codes, first_rows = series_codes(samples, family.labels)
         frame = pd.DataFrame({"series": codes, "day": evaluated, "value": samples["value"].to_numpy()})
         per_day = frame.groupby(["series", "day"], sort=False)["value"]
-        rolled = (per_day.last() if function == "last_over_time" else per_day.sum()).reset_index()
+        day_of = {"last_over_time": per_day.last, "max_over_time": per_day.max, "p95_over_time": per_day.max}
+        rolled = day_of.get(function, per_day.sum)().reset_index()
         rolled = rolled[rolled["day"] - lag_ms <= latest_ms].reset_index(drop=True)
         days.update(rolled["day"].unique().tolist())
         names = samples[list(family.labels)].iloc[first_rows].reset_index(drop=True)

@@ -1,7 +1,7 @@
 """Long-window reports from gpuwatch's own low-cardinality gpuwatch_* series (SPEC §4.3), no raw DCGM."""
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
@@ -12,16 +12,19 @@ import numpy as np
 import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
+from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, in_force, utc
-from gpuwatch.service import Coverage, coverage_warning
+from gpuwatch.schema import RIGHTSIZE_WORKLOADS
+from gpuwatch.service import RECOMMENDATION_COLUMNS, Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     POD_IDLE_SPLIT,
     PODS_SEEN,
     HistorySums,
     PodFamilies,
+    PodReader,
     PrometheusSource,
     history_pieces,
     history_sums,
@@ -99,8 +102,10 @@ def read_history(
         cuts = price_cuts(settings, window)
         if detail not in DETAILS:
             raise ConfigError(f"detail must be one of {', '.join(DETAILS)}, got {detail!r}")
+        held_at_end = None
         if detail == WORKLOAD:
             sums = read_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
+            held_at_end = _held_at_end(prometheus, sums.pieces)
         else:
             sums = _namespace_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts, detail=detail)
         if not (sums.pieces["samples"] > 0).any():
@@ -108,7 +113,13 @@ def read_history(
                 f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
                 f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
             )
-        history = assemble(sums, window=window, settings=settings, source_warnings=prometheus.take_warnings())
+        history = assemble(
+            sums,
+            window=window,
+            settings=settings,
+            source_warnings=prometheus.take_warnings(),
+            held_at_end=held_at_end,
+        )
         if detail == TEAM:  # its namespace sums hold the busy GE alone (the pools'): no namespace row
             tables = history.tables
             history = replace(history, tables={**tables, "namespace": tables["namespace"][0:0]})
@@ -116,6 +127,13 @@ def read_history(
     finally:
         if own:
             prometheus.close()
+
+
+def _held_at_end(prometheus: PrometheusSource, pieces: pd.DataFrame) -> set[tuple[str, str]]:
+    """The pods (namespace, pod) holding GPUs in the exporter's last cycle by the window's end."""
+    last = PodReader(prometheus, pieces).at_end().read("pod_last_allocated")["pod_last_allocated"]
+    held = last[last["value"] > 0]
+    return set(zip(held["namespace"], held["pod"], strict=True))
 
 
 def _namespace_sums(
@@ -294,6 +312,7 @@ def assemble(
     settings: Settings,
     source_warnings: Sequence[str] = (),
     gaps: Sequence[str] | None = None,
+    held_at_end: Collection[tuple[str, str]] | None = None,
 ) -> History:
     """Turn per-piece sums into GE-hours and dollars per fleet, team, namespace, workload and pool.
 
@@ -303,6 +322,10 @@ def assemble(
     in part (or `gaps`, finer lines of the same, say the buckets a view draws). Money uses the
     prices the exporter published in each piece, the price book's in force where a pool has none; pieces
     end where a price changes (price_cuts()), so every GPU-hour is priced at the rate of its time.
+
+    Each workload's right-sizing (recommend()) comes from the highest p95 and memory peak of its pieces;
+    `held_at_end` (namespace, pod) are the workloads holding GPUs at the window's end, which the packing
+    estimate packs (none without it).
     """
     hours = SampleHours(sums.pieces)
     prices = _published_prices(sums)
@@ -349,6 +372,15 @@ def assemble(
     names = pools["pool"].astype("str")
     end = window.end
     pools["usd_per_gpu_hour"] = [prices.get(p, settings.pricing.usd_per_gpu_hour(p, end)) for p in names]
+    quoted = dict(zip(names, pools["usd_per_gpu_hour"], strict=True))
+    recommendations, stale = _recommendations(
+        workloads, sums, settings=settings, window=window, quoted=quoted
+    )
+    rightsized = {} if held_at_end is None else {"packing": _packing(recommendations, held_at_end)}
+    if len(workloads):  # without pod rows (not read) right-sizing is not known: none, never 0 saved
+        workloads = workloads.merge(
+            recommendations[[*WORKLOAD_KEYS, *RECOMMENDATION_COLUMNS]], on=list(WORKLOAD_KEYS), how="left"
+        )
     for state in LEDGER_STATES:  # <state>_usd: each piece's GE-hours at its price, summed
         usd = state_usd[state_usd.index.get_level_values("state") == state].droplevel("state")
         pools[f"{state}_usd"] = usd.reindex(names).fillna(0.0).to_numpy()
@@ -370,10 +402,12 @@ def assemble(
             "rules older than the roll-ups of gpuwatch_pod_gpu_power_watts?): namespace and workload "
             "energy unknown; load the current gpuwatch-recording.rules.yml"
         )
-    warnings.append(
-        "history path: right-sizing needs each workload's compute and memory sample by sample (unknown "
-        "here; --source raw computes it)"
-    )
+    if stale:
+        warnings.append(
+            f"history path: {stale} workload(s) without a p95 of their compute for part of the window "
+            "(recording rules older than hour:gpuwatch_pod_gpu_used:p95_over_time?): no recommendation; "
+            "load the current gpuwatch-recording.rules.yml"
+        )
     warnings.append(
         "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "
         "unattributed GPU-hours (both shown as 0), and count GPU samples present per node and piece (a day), "
@@ -402,6 +436,7 @@ def assemble(
             "namespace": namespaces,
             "workload": workloads,
             "pool": pools,
+            **rightsized,
         },
         pending=_pending(sums),
         coverage=coverage,
@@ -703,6 +738,49 @@ def _workloads(
     out["pods"] = 1
     keys = list(WORKLOAD_KEYS)
     return out.merge(_energy(sums.pod_power, hours, energy_rate, keys), on=keys, how="left")
+
+
+def _recommendations(
+    workloads: pd.DataFrame,
+    sums: HistorySums,
+    *,
+    settings: Settings,
+    window: Window,
+    quoted: Mapping[str, float],
+) -> tuple[pd.DataFrame, int]:
+    """recommend() for each workload row, and how many lack a p95 in some piece they had telemetry in
+    (roll-ups from before it was recorded: their p95 unknown, never the rest of the window's).
+
+    A workload's p95 busy GE is the highest of its pieces' (POD_NEED_ROLLUPS), its memory peak the
+    highest, its telemetry the share of its allocated GE-hours whose utilization was known (the raw path
+    counts samples), its price that of its pool's GPU-hours at the window's end (`quoted`)."""
+    keys, pod = list(WORKLOAD_KEYS), list(POD_KEYS)
+    held = sums.pod_used[["piece", *pod]].drop_duplicates()
+    measured = held.merge(sums.pod_busy_p95[["piece", *pod]], how="left", indicator=True)
+    stale = measured.loc[measured["_merge"] == "left_only", keys].drop_duplicates()
+    index = pd.MultiIndex.from_frame(workloads[keys])
+    p95 = sums.pod_busy_p95.groupby(keys)["value"].max().reindex(index)
+    p95[index.isin(pd.MultiIndex.from_frame(stale))] = math.nan
+    allocated = workloads["allocated_gpu_hours"].to_numpy(dtype=np.float64)
+    known = allocated - workloads["unknown_gpu_hours"].to_numpy(dtype=np.float64)
+    usage = workloads[[*keys, "gpus", "allocated_gpu_hours"]].assign(
+        pool=workloads["pool"].fillna("").astype("str"),
+        p95_busy_ge=p95.to_numpy(dtype=np.float64),
+        peak_fb_bytes=sums.pod_memory_peak.groupby(keys)["value"].max().reindex(index).to_numpy(np.float64),
+        telemetry_ratio=np.divide(known, allocated, out=np.full(len(known), math.nan), where=allocated > 0),
+    )
+    recommended = recommend(
+        usage[list(RIGHTSIZE_WORKLOADS.columns)],
+        usd_per_gpu_hour=candidate_prices(settings.pricing, quoted, window.end),
+        window_hours=window.duration_seconds / SECONDS_PER_HOUR,
+    )
+    return recommended, len(stale)
+
+
+def _packing(recommendations: pd.DataFrame, held_at_end: Collection[tuple[str, str]]) -> pd.DataFrame:
+    """packing_estimate() of the workloads holding GPUs at the window's end."""
+    pairs = pd.MultiIndex.from_frame(recommendations[["namespace", "pod"]])
+    return packing_estimate(recommendations[pairs.isin(list(held_at_end))])
 
 
 def _teams(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:

@@ -593,12 +593,16 @@ def report_from_tables(
 def _rightsizing(tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
     """Right-sizing over the fleet: the monthly dollars every recommendation would save, and per pool the
     whole GPUs the workloads holding GPUs at the window's end need now and after (first-fit
-    decreasing); null and none on the history path, which keeps no per-sample compute and memory."""
+    decreasing). Null (and no pools) where not computed: no workload rows read, or (packing) not known
+    which workloads held GPUs at the window's end."""
     packing, workloads = tables.get("packing"), tables["workload"]
-    if packing is None or "monthly_savings_usd" not in workloads:
+    if "monthly_savings_usd" not in workloads:
         return {"monthly_savings_usd": None, "gpus_freed": None, "pools": []}
+    savings = float(workloads["monthly_savings_usd"].sum())
+    if packing is None:
+        return {"monthly_savings_usd": savings, "gpus_freed": None, "pools": []}
     return {
-        "monthly_savings_usd": float(workloads["monthly_savings_usd"].sum()),
+        "monthly_savings_usd": savings,
         "gpus_freed": int(packing["gpus_freed"].sum()),
         "pools": [
             {

@@ -43,6 +43,7 @@ HELP = {
     "gpuwatch_pod_gpu_used": "GPU-equivalents of the pod actually busy: sum of utilization x GE share.",
     "gpuwatch_pod_gpu_unknown": "GPU-equivalents of the pod whose utilization is unknown (no telemetry).",
     "gpuwatch_pod_gpu_idle_since_timestamp_seconds": "Since when all of the pod's GPUs are idle-allocated.",
+    "gpuwatch_pod_gpu_framebuffer_used_bytes": "GPU memory in use on the pod's GPUs (bytes).",
     "gpuwatch_node_gpus": "GPU-equivalents of the node in each ledger state.",
     "gpuwatch_node_gpu_capacity": "Physical GPUs on the node.",
     "gpuwatch_node_gpu_allocatable": "GPU-equivalents the device plugin advertises as allocatable.",
@@ -101,6 +102,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         held_ge=np.where(held == 1.0, marked["idle_ge"], 0.0),
         abandoned_ge=np.where(held == 0.0, marked["idle_ge"], 0.0),
         fb_unknown_ge=np.where(held.isna(), marked["idle_ge"], 0.0),
+        fb_bytes=marked.get("fb_used_bytes", np.nan),
     )
     pods = marked.groupby(t + pod_keys, as_index=False, sort=False).agg(
         ge=("ge_share", "sum"),
@@ -114,6 +116,8 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         units=("idle", "size"),
         idle_units=("idle", "sum"),
         low_since=("low_util_since", "max"),
+        fb_bytes=("fb_bytes", "sum"),
+        fb_known=("fb_bytes", "count"),
     )
     resources = analysis.pod_resources
     pods = pods.merge(resources, on=["namespace", "pod"], how="left").fillna({"resource": ""})
@@ -124,6 +128,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
     idle_pods = idle_pods.assign(value=epoch_seconds(idle_pods["low_since"]))
     # The idle split, for the pods with idle GE whose framebuffer is known (absent: none idle, or unknown).
     split = pods[(pods["idle"] > 0) & (pods["fb_unknown"] == 0)]
+    memory = pods[pods["fb_known"] > 0]  # Σ over its GPUs reporting memory (right-sizing's peak)
     families = [
         Family(
             "gpuwatch_pod_gpu_allocation",
@@ -172,6 +177,12 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             HELP["gpuwatch_pod_gpu_idle_since_timestamp_seconds"],
             tuple(pod_keys),
             idle_pods,
+        ),
+        Family(
+            "gpuwatch_pod_gpu_framebuffer_used_bytes",
+            HELP["gpuwatch_pod_gpu_framebuffer_used_bytes"],
+            tuple(pod_keys),
+            memory.rename(columns={"fb_bytes": "value"}),
         ),
     ]
     state_columns = {f"{s}_ge": s for s in LEDGER_STATES}

@@ -28,7 +28,7 @@ from gpuwatch.analytics.health import is_hot as is_hot
 from gpuwatch.analytics.health import xid_text as xid_text
 from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
-from gpuwatch.analytics.rightsize import packing_estimate, recommend, workload_usage
+from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, PrometheusError, SourceError
 from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, normalize_product
@@ -746,14 +746,14 @@ RECOMMENDATION_COLUMNS = (
 
 def rightsizing(analysis: Analysis) -> pd.DataFrame:
     """Each workload's smallest fit (analytics.rightsize.recommend) from its p95 compute and peak memory
-    over the window, priced at the window's end: the pools of the fleet and every product of the price
-    book are candidates."""
-    book, end = analysis.settings.pricing, analysis.window.end
-    pools = set(analysis.nodes["pool"]) | set(book.normalized())
+    over the window, priced at the window's end (candidate_prices): the pools of the fleet and every
+    product of the price book are candidates."""
+    end = analysis.window.end
+    quoted = {pool: analysis.rates.quoted(pool, end) for pool in sorted(set(analysis.nodes["pool"]))}
     usage = workload_usage(analysis.marked, step_seconds=analysis.window.step_seconds)
     return recommend(
         usage,
-        usd_per_gpu_hour={pool: book.usd_per_gpu_hour(pool, end) for pool in sorted(pools)},
+        usd_per_gpu_hour=candidate_prices(analysis.settings.pricing, quoted, end),
         window_hours=analysis.window.duration_seconds / 3600.0,
     )
 

@@ -15,6 +15,7 @@ one step: history has the wait as the exporter's latest cycle published it, the 
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -181,6 +182,51 @@ def test_namespaces_workloads_and_pending_agree(fleet: SimulatedFleet, raw: Repo
         _same_row({**got[pod], "waiting_seconds": 0.0}, {**row, "waiting_seconds": 0.0})
 
 
+NEED = re.compile(r"p95 compute ([0-9.]+) GPU and peak memory ([0-9.]+) GiB")
+
+
+def test_right_sizing_agrees_but_where_the_busiest_hour_asks_for_more(raw: Report, history: Report) -> None:
+    """History keeps each pod's hourly p95 and peak memory (roll-ups): the peak is the window's, the p95
+    its busiest hour's, not below the window's but for interpolation. Each workload is told the same,
+    but where that hour needs a bigger fit: then never a smaller (cheaper) one than the raw path's."""
+    got, expected = (
+        _rows(history, "workloads", "namespace", "pod"),
+        _rows(raw, "workloads", "namespace", "pod"),
+    )
+    same = 0
+    for pod, row in expected.items():
+        mine, theirs = got[pod]["recommendation"], row["recommendation"]
+        if theirs["kind"] == "unknown":
+            assert mine == theirs, pod
+            same += 1
+            continue
+        need, raw_need = NEED.match(mine["reason"]), NEED.match(theirs["reason"])
+        assert need and raw_need, (mine, theirs)
+        assert need[2] == raw_need[2], pod  # peak memory, GiB
+        # p95 at 2 decimals: the busiest hour's is at least the window's but for interpolation (a p95
+        # falls between two samples, and the window's and its hours' fall between different ones).
+        assert float(need[1]) >= 0.98 * float(raw_need[1]) - 0.005, pod
+        if (mine["kind"], mine["target"]) == (theirs["kind"], theirs["target"]):
+            assert mine["monthly_savings_usd"] == pytest.approx(theirs["monthly_savings_usd"], rel=1e-9)
+            same += 1
+        else:
+            assert float(need[1]) > float(raw_need[1]), pod
+            assert mine["monthly_savings_usd"] < theirs["monthly_savings_usd"], pod
+    kinds = {r["recommendation"]["kind"] for r in expected.values()}
+    assert kinds >= {"gpus", "mig", "time_slice", "product", "keep"}
+    assert same >= 0.95 * len(expected)
+    savings = history["rightsizing"]["monthly_savings_usd"]
+    assert (
+        raw["rightsizing"]["monthly_savings_usd"] * 0.95
+        <= savings
+        <= raw["rightsizing"]["monthly_savings_usd"]
+    )
+    # The workloads packed are those holding GPUs at the window's end, on both paths.
+    before = {p["pool"]: p["gpus_before"] for p in history["rightsizing"]["pools"]}
+    assert before == {p["pool"]: p["gpus_before"] for p in raw["rightsizing"]["pools"]}
+    assert history["rightsizing"]["gpus_freed"] is not None
+
+
 def test_what_history_does_not_keep_is_said(raw: Report, history: Report) -> None:
     assert history["coverage"]["util_source"] == {
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0,
@@ -205,11 +251,7 @@ def test_the_pieces_a_window_is_read_in_do_not_change_it(
     # 1/116 in each: the price of pieces that are no multiple of the exporter's cycle (days are).
     pieced = build_history_report(read_history(settings, fleet.window, piece_seconds=piece_seconds))
     assert pieced["fleet"]["ledger_gpu_hours"] == pytest.approx(history["fleet"]["ledger_gpu_hours"], rel=rel)
-    for section, keys in SECTIONS.items():
-        got, expected = _rows(pieced, section, *keys), _rows(history, section, *keys)
-        assert got.keys() == expected.keys()
-        for key, row in expected.items():
-            _same_row(got[key], row, rel=rel)
+    _same_sections(pieced, history, rel=rel, same_p95=piece_seconds % 3600 == 0)
 
 
 def test_a_price_change_cuts_the_pieces_and_changes_no_number(
@@ -237,11 +279,19 @@ def test_a_price_change_cuts_the_pieces_and_changes_no_number(
     assert pieces["seconds"].sum() == pytest.approx(fleet.window.duration_seconds)
     pieced = build_history_report(read_history(changed, fleet.window))
     assert pieced["fleet"]["cost_usd"] == pytest.approx(history["fleet"]["cost_usd"], rel=1e-9)
+    _same_sections(pieced, history, same_p95=False)  # the hour cut at 7:30 is two raw part-hours
+
+
+def _same_sections(got: Report, expected: Report, *, rel: float = 1e-9, same_p95: bool = True) -> None:
+    """Every row of every section the same. Right-sizing's p95 is the busiest piece's, so the same only
+    when both read the same pieces (`same_p95`): roll-up hours, not raw pieces of another length."""
     for section, keys in SECTIONS.items():
-        got, expected = _rows(pieced, section, *keys), _rows(history, section, *keys)
-        assert got.keys() == expected.keys()
-        for key, row in expected.items():
-            _same_row(got[key], row)
+        mine, theirs = _rows(got, section, *keys), _rows(expected, section, *keys)
+        assert mine.keys() == theirs.keys()
+        for key, row in theirs.items():
+            if section == "workloads" and not same_p95:
+                row, mine[key] = {**row, "recommendation": None}, {**mine[key], "recommendation": None}
+            _same_row(mine[key], row, rel=rel)
 
 
 @pytest.mark.parametrize("detail", [NAMESPACE, TEAM])

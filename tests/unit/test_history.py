@@ -47,6 +47,8 @@ LABELS = {
     "pod_idle_held": POD,
     "pod_idle_abandoned": POD,
     "pod_power": POD,
+    "pod_busy_p95": POD,
+    "pod_memory_peak": POD,
     "fragmentation_sum": ("pool",),
     "fragmentation_count": ("pool",),
     "fragmented_sum": ("pool",),
@@ -509,6 +511,56 @@ def test_a_price_change_inside_the_window_prices_each_piece_at_its_rate() -> Non
     # (as the raw path quotes the price in force at the end).
     assert {p["pool"]: p["usd_per_gpu_hour"] for p in report["pools"]} == {ACME: 2.0, H100: 5.0}
     assert not any("changes at" in w for w in report["coverage"]["warnings"])
+
+
+def test_right_sizing_takes_each_workloads_busiest_piece_and_packs_those_held_at_the_end() -> None:
+    """Four 1-GPU H100 workloads (published $4/GPU-hour) over the 60 h window: day 1 is 1440 samples of
+    60 s, the last 12 h 1440 of 30 s. nb-1 runs both pieces with p95 0.1 then 0.22 busy GE and peak
+    memory 12 then 15 GiB; inf-0 the last piece alone, done-0 day 1 alone, both at 0.22 and 15 GiB;
+    old-0's day-1 hours had telemetry but no p95 roll-up (rules loaded later)."""
+    gib = 1024.0**3
+    nb, inf, done, old = (("ml", pod, "ml", "h100-a", H100) for pod in ("nb-1", "inf-0", "done-0", "old-0"))
+    n = 1440
+    sums = _sums(
+        pod_allocated=[(1, *nb, n), (2, *nb, n), (2, *inf, n), (1, *done, n), (1, *old, n), (2, *old, n)],
+        pod_used=[(p, *w, 0.1 * n) for p, w in ((1, nb), (2, nb), (2, inf), (1, done))]
+        + [(p, *old, 0.0) for p in (1, 2)],
+        pod_last_allocated=[(2, *nb, 1.0), (2, *inf, 1.0), (1, *done, 1.0), (2, *old, 1.0)],
+        pod_busy_p95=[(1, *nb, 0.1), (2, *nb, 0.22), (2, *inf, 0.22), (1, *done, 0.22), (2, *old, 0.0)],
+        pod_memory_peak=[(1, *nb, 12 * gib)]
+        + [(p, *w, 15 * gib) for p, w in ((2, nb), (2, inf), (1, done))]
+        + [(p, *old, gib) for p in (1, 2)],
+        price_sum=[(2, H100, 4.0 * n)],
+        price_count=[(2, H100, n)],
+        nodes_now=[("h100-a", H100, 8.0)],
+    )
+    settings = Settings(pricing=PriceBook(default_usd_per_gpu_hour=2.0, products={H100: 3.0}))
+    at_end = {("ml", "nb-1"), ("ml", "inf-0"), ("ml", "old-0")}
+    report = build_history_report(assemble(sums, window=WINDOW, settings=settings, held_at_end=at_end))
+    recommendation = {w["pod"]: w["recommendation"] for w in report["workloads"]}
+    # Need: 0.22 × 1.2 = 0.264 GE (over a 1/4 time slice, within 2/7) and 15 × 1.2 = 18 GiB (≤ 20):
+    # 2g.20gb at 2/7 × $4 instead of $4, for the share of the window each held its GPU: nb-1 36 of
+    # 60 h, inf-0 12, done-0 24.
+    saved_per_hour = 4.0 - 2 / 7 * 4.0
+    for pod, held_hours in (("nb-1", 36.0), ("inf-0", 12.0), ("done-0", 24.0)):
+        assert recommendation[pod]["kind"] == "mig"
+        assert recommendation[pod]["target"] == "2g.20gb"
+        assert recommendation[pod]["monthly_savings_usd"] == pytest.approx(
+            saved_per_hour * held_hours / 60 * 730
+        )
+    assert recommendation["old-0"]["kind"] == "unknown"
+    assert recommendation["old-0"]["monthly_savings_usd"] is None
+    assert recommendation["old-0"]["reason"] == "p95 compute is unknown"
+    assert any("1 workload(s) without a p95" in w for w in report["coverage"]["warnings"])
+    rightsizing = report["rightsizing"]
+    assert rightsizing["monthly_savings_usd"] == pytest.approx(saved_per_hour * 72 / 60 * 730)
+    # Held at the end: nb-1, inf-0 and old-0 on 3 GPUs; after, old-0's 1 + 2/7 + 2/7 fit 2 (done-0 ended).
+    assert rightsizing["pools"] == [{"pool": H100, "gpus_before": 3, "gpus_after": 2, "gpus_freed": 1}]
+    assert rightsizing["gpus_freed"] == 1
+    # Without knowing who held GPUs at the end there is no packing, only the savings.
+    unpacked = build_history_report(assemble(sums, window=WINDOW, settings=settings))["rightsizing"]
+    assert unpacked["gpus_freed"] is None
+    assert unpacked["monthly_savings_usd"] == pytest.approx(rightsizing["monthly_savings_usd"])
 
 
 def test_table_names_the_path() -> None:

@@ -18,8 +18,9 @@ ALLOWED = {
     "service": BASE | {"sources", "analytics", "series"},
     # series renders an analysis as gpuwatch_* series for the service layer (Analysis type only back).
     "series": BASE | {"service"},
-    # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service.
-    "history": BASE | {"sources", "series", "service"},
+    # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service: the second
+    # reader, whose sums go through the same pure analytics (right-sizing) as the raw path's samples.
+    "history": BASE | {"sources", "analytics", "series", "service"},
     # backfill writes the simulated fleet's history into a TSDB directory (tsdb, promtool), beside service.
     "backfill": BASE | {"service", "series", "sources", "tsdb"},
     # tsdb writes series as Prometheus TSDB blocks.

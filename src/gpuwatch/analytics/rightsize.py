@@ -4,6 +4,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 import numpy as np
@@ -12,7 +13,13 @@ import pandas as pd
 
 from gpuwatch.analytics.ledger import group_codes
 from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import HOURS_PER_MONTH, MIG_SLICES_PER_GPU, mig_profile_slices, normalize_product
+from gpuwatch.model import (
+    HOURS_PER_MONTH,
+    MIG_SLICES_PER_GPU,
+    PriceBook,
+    mig_profile_slices,
+    normalize_product,
+)
 from gpuwatch.schema import RIGHTSIZE_PACKING, RIGHTSIZE_RECOMMENDATIONS, RIGHTSIZE_WORKLOADS
 from gpuwatch.units import BYTES_PER_MIB
 
@@ -353,6 +360,14 @@ def recommend(
         recommendation_reason=pd.Series(reason, index=workloads.index, dtype="str"),
     )
     return RIGHTSIZE_RECOMMENDATIONS.check(out)
+
+
+def candidate_prices(book: PriceBook, pools: Mapping[str, float], at: datetime) -> dict[str, float]:
+    """recommend()'s usd_per_gpu_hour: the fleet's pools at the price their GPU-hours cost at the window's
+    end (`pools`: commitments blended in, as the ledger prices them), and every other product of the
+    price book at its on-demand price in force `at` (a product the fleet lacks has no commitment)."""
+    prices = {product: book.usd_per_gpu_hour(product, at) for product in book.normalized()}
+    return prices | {normalize_product(pool): float(price) for pool, price in pools.items()}
 
 
 def _unknown_reasons(

@@ -693,6 +693,8 @@ class HistorySums:
     pod_idle_held: pd.DataFrame  # ... Σ idle GE with the framebuffer in use *
     pod_idle_abandoned: pd.DataFrame  # ... Σ idle GE with the framebuffer near empty *
     pod_power: pd.DataFrame  # ... Σ W its GPUs drew (its GE share of each; absent where unknown)
+    pod_busy_p95: pd.DataFrame  # ... p95 of its busy GE (from roll-ups: its busiest hour's; absent: unknown)
+    pod_memory_peak: pd.DataFrame  # ... peak bytes of GPU memory in use (absent: unknown)
     # What the report needs of the pods without them (from the pod families when those were read):
     namespace_sums: pd.DataFrame  # namespace, team, pool, family (NAMESPACE_FAMILIES): Σ GE of the pods
     namespace_pods: pd.DataFrame  # namespace, team: distinct pods seen in the window (no `piece`)
@@ -885,6 +887,7 @@ def _spans(a: datetime, b: datetime, seconds: int, rollup: str) -> list[tuple[da
 # idle at its last sample there, is left out of those families (read as 0): most of a month's ~50,000 pods.
 _ALLOCATION, _IDLE, _USED, _UNKNOWN = promql.POD_SUM_METRICS
 POD_IDLE_SPLIT: Final = ("pod_idle_held", "pod_idle_abandoned")
+POD_NEEDS: Final = ("pod_busy_p95", "pod_memory_peak")  # right-sizing's, per piece: the highest counts
 POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
     "pod_allocated": partial(promql.pod_gpus_sum_query, _ALLOCATION),
     "pod_idle": partial(promql.pod_gpus_sum_query, _IDLE, nonzero=True),
@@ -898,6 +901,10 @@ POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
         for name, metric in zip(POD_IDLE_SPLIT, promql.POD_IDLE_SPLIT_METRICS, strict=True)
     },
     "pod_power": partial(promql.pod_gpus_sum_query, promql.POD_POWER_METRIC),
+    **{
+        name: partial(promql.pod_need_query, metric)
+        for name, (metric, _) in zip(POD_NEEDS, promql.POD_NEED_ROLLUPS, strict=True)
+    },
 }
 
 

@@ -189,6 +189,7 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_pod_gpu_unknown": _POD_LABELS,
     "gpuwatch_pod_gpu_utilization_ratio": _POD_LABELS,
     "gpuwatch_pod_gpu_idle_since_timestamp_seconds": _POD_LABELS,
+    "gpuwatch_pod_gpu_framebuffer_used_bytes": _POD_LABELS,
     "gpuwatch_node_gpus": ("node", "pool", "state"),
     "gpuwatch_node_gpu_capacity": ("node", "pool"),
     "gpuwatch_node_gpu_allocatable": ("node", "pool"),
@@ -276,6 +277,13 @@ POOL_GE_METRICS = ("gpuwatch_pool_fragmented_gpus", "gpuwatch_pool_schedulable_f
 NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting")
 # Energy, summed over a window: W × sample hours / 1000 is kWh, USD/h × sample hours is USD.
 POD_POWER_METRIC = "gpuwatch_pod_gpu_power_watts"  # a workload's energy: Σ W × sample hours
+# Right-sizing's need per pod and piece: the 95th percentile of its busy GE and the peak of its memory.
+# Over several pieces a reader takes the highest of each: the peak is the window's; the p95 is the
+# busiest piece's (at least the p95 of any hour, never a burst averaged away, but not the window's own).
+POD_NEED_ROLLUPS: Final = (
+    ("gpuwatch_pod_gpu_used", "p95_over_time"),
+    ("gpuwatch_pod_gpu_framebuffer_used_bytes", "max_over_time"),
+)
 TEAM_ENERGY_METRICS = ("gpuwatch_team_gpu_power_watts", "gpuwatch_team_energy_cost_usd_per_hour")
 POOL_ENERGY_METRICS = ("gpuwatch_pool_gpu_power_watts", "gpuwatch_pool_energy_cost_usd_per_hour")
 
@@ -306,6 +314,7 @@ def _on_grid(
     if rollup:
         rolled = selector(rollup_name(metric, function, rollup), matchers)
         return f"{_ROLLUP_OUTER[function]}({rolled}[{range_duration(seconds - _MS)}])"
+    call = _CALLS.get(function, f"{function}(")
     if resolution < 1:
         raise ConfigError(f"the history resolution must be at least 1s, got {resolution}s")
     within = "last_over_time" if function == "last_over_time" else "avg_over_time"
@@ -314,10 +323,10 @@ def _on_grid(
     samples = f"{selector(metric, matchers)}[{range_duration(resolution - _MS)}]"
     inner = one_copy(f"{within}({samples})", metric)
     outer = f"[{range_duration(seconds - _MS)}:{resolution}s]"
-    single = f"{function}(({inner}){outer})"
+    single = f"{call}({inner}){outer})"
     if len(single) <= WIDTH:
         return single
-    return f"{function}(\n  (\n{textwrap.indent(inner, '    ')}\n  ){outer}\n)"
+    return f"{call.rstrip()}\n  (\n{textwrap.indent(inner, '    ')}\n  ){outer}\n)"
 
 
 def _summed(
@@ -367,7 +376,11 @@ _ROLLUP_OUTER: Final = {
     "sum_over_time": "sum_over_time",
     "count_over_time": "sum_over_time",
     "last_over_time": "last_over_time",
+    "max_over_time": "max_over_time",
+    "p95_over_time": "max_over_time",  # a day's, or a window's: its busiest hour's (POD_NEED_ROLLUPS)
 }
+# The PromQL call of a grid function that is not one by its own name.
+_CALLS: Final = {"p95_over_time": "quantile_over_time(0.95, "}
 ROLLUPS: Final = (
     ("gpuwatch_build_info", "count_over_time"),
     ("gpuwatch_pool_gpus", "sum_over_time"),
@@ -394,6 +407,7 @@ ROLLUPS: Final = (
     ("gpuwatch_node_gpus_reporting", "sum_over_time"),
     *((metric, "sum_over_time") for metric in (*TEAM_ENERGY_METRICS, *POOL_ENERGY_METRICS)),
     (POD_POWER_METRIC, "sum_over_time"),
+    *POD_NEED_ROLLUPS,
 )
 
 
@@ -672,6 +686,30 @@ def namespace_gpus_sum_query(
     """
     metric = _one_of_metrics(metric, (*POD_SUM_METRICS, POD_POWER_METRIC))
     return _summed(by, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
+
+
+def pod_need_query(
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
+) -> str:
+    """Right-sizing's need per pod over the range (POD_NEED_ROLLUPS): the 95th percentile of its busy GE
+    over the grid points it had telemetry at, or the peak of the memory its GPUs held; from roll-ups the
+    highest of their hours' (`matchers` as in pod_gpus_sum_query).
+
+    pod_need_query("gpuwatch_pod_gpu_used", range_seconds=3600, resolution_seconds=60) is::
+
+        quantile_over_time(0.95,
+          (
+            max by (namespace, pod, team, node, pool) (avg_over_time(gpuwatch_pod_gpu_used[59999ms]))
+          )[3599999ms:60s]
+        )
+    """
+    function = dict(POD_NEED_ROLLUPS)[_one_of_metrics(metric, [m for m, _ in POD_NEED_ROLLUPS])]
+    return _on_grid(function, metric, range_seconds, resolution_seconds, matchers, rollup)
 
 
 def pod_gpus_last_query(

@@ -106,6 +106,7 @@ class RecordedView(FleetView):
             settings=r.settings,
             source_warnings=r.source_warnings,
             gaps=self._gaps_text,
+            held_at_end=_held_at_end(r.present.marked),
         )
 
     def _from_whole(self, *read: str) -> bool:
@@ -404,8 +405,7 @@ class RecordedView(FleetView):
         return self._cached("held_now", compute)
 
     def _last(self) -> pd.DataFrame:
-        marked = self.recorded.present.marked
-        last = marked[marked["timestamp"] == marked["timestamp"].max()] if len(marked) else marked
+        last = _at_end(self.recorded.present.marked)
         if self.scope.teams:
             last = last[last["team"].isin(self.scope.teams)]
         return self._in_pools(last)
@@ -430,6 +430,17 @@ class RecordedView(FleetView):
     def pending_detail(self) -> pd.DataFrame:
         pending = self.recorded.present.pending
         return pending[["namespace", "pod", "pool_free_ge", "largest_free_block_ge"]]
+
+
+def _at_end(marked: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the last sample."""
+    return marked[marked["timestamp"] == marked["timestamp"].max()] if len(marked) else marked
+
+
+def _held_at_end(marked: pd.DataFrame) -> set[tuple[str, str]]:
+    """The pods (namespace, pod) holding GPUs at the last sample."""
+    last = _at_end(marked)
+    return set(zip(last["namespace"], last["pod"], strict=True))
 
 
 def _ratio(top: pd.DataFrame, bottom: pd.DataFrame, *, zero: bool = False) -> pd.DataFrame:

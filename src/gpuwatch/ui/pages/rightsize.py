@@ -69,14 +69,6 @@ def render(search: str | None) -> tuple[Any, ...]:
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
         return (*head, [], None)
-    if view.read_path.recorded:
-        note = html.P(
-            "Right-sizing needs each workload's compute and memory sample by sample, which the recorded "
-            "history does not keep: choose a shorter window (or a pool or team) that is recomputed from "
-            "DCGM samples.",
-            className="gw-empty",
-        )
-        return (*head, [], note)
     summary = view.report["rightsizing"]
     rows = _workloads(view)
     changes = [r for r in rows if r["recommendation_kind"] in CHANGES]
