@@ -16,7 +16,7 @@ import pytest
 from gpuwatch.config import Settings
 from gpuwatch.model import LEDGER_STATES, PriceBook, Window
 from gpuwatch.report import build_report, group_rows, json_schema, render
-from gpuwatch.service import Analysis, FleetService, SimulatedSources
+from gpuwatch.service import Analysis, FleetService, SimulatedSources, usage_tables
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.sources.simulated.demo import (
     DEMO_COMMITMENT,
@@ -97,6 +97,22 @@ def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any]
         "unknown product" in w for w in report["coverage"]["warnings"]
     )  # the demo prices all pools
     assert {p["blocked_by"] for p in report["pending"]} <= {"fragmentation", "capacity"}
+
+
+def test_right_sizing_prices_a_committed_pool_as_its_gpu_hours_cost(analysis: Analysis) -> None:
+    """At the window's end 24 of the 32 H100s are reserved at $3 (on demand $4): a change within the pool
+    saves GPU-hours worth (24 × $3 + 8 × $4) / 32 = $3.25 each, as the ledger prices them, not $4."""
+    workloads = usage_tables(analysis)["workload"]
+    changed = workloads[
+        (workloads["pool"] == DEMO_COMMITMENT[0])
+        & workloads["recommendation_kind"].isin(["gpus", "mig", "time_slice"])
+    ]
+    assert len(changed) >= 1
+    window_hours = analysis.window.duration_seconds / 3600
+    held = (changed["allocated_gpu_hours"] / changed["gpus"] / window_hours).clip(upper=1.0)
+    blended = (24 * 3.0 + 8 * 4.0) / 32
+    expected = (changed["gpus"] - changed["target_ge"]) * blended * held * 730
+    assert changed["monthly_savings_usd"].tolist() == pytest.approx(expected.tolist())
 
 
 DECIMALS = {"_gpu_hours": 3, "_kwh": 3, "usd_per_gpu_hour": 4, "_usd": 2}
