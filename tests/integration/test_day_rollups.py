@@ -164,4 +164,4 @@ def test_a_day_without_daily_rollups_is_read_from_its_hours_and_one_missing_hour
     assert _pieces(servers["lost day and hours"]) == expected
     hourly = _report(servers["hourly"])
     _same(_report(servers["lost day"]), hourly)
-    _same(_report(servers["lost day and hours"]), hourly)
+    _same(_report(servers["lost day and hours"]), hourly, same_p95=False)  # a day read raw

@@ -303,6 +303,7 @@ PAGES = {  # path: (as-of line, KPI tiles or "")
     "/teams": (ids.TEAMS_AS_OF, ""),
     "/teams/genai": (ids.TEAM_AS_OF, ids.TEAM_KPIS),
     "/health": (ids.HEALTH_AS_OF, ""),
+    "/rightsize": (ids.RIGHTSIZE_AS_OF, ids.RIGHTSIZE_KPIS),
 }
 
 

@@ -110,8 +110,12 @@ def _numbers(report: Report) -> dict[str, float]:
     return flat
 
 
-def _same(got: Report, expected: Report) -> None:
+def _same(got: Report, expected: Report, *, same_p95: bool = True) -> None:
+    """Every number the same. Right-sizing's p95 is the busiest piece's, so its recommendations are the
+    same only where both reads hold the same pieces (`same_p95`): roll-up hours, not a stretch read raw."""
     a, b = _numbers(got), _numbers(expected)
+    if not same_p95:
+        a, b = ({k: v for k, v in n.items() if ".recommendation." not in k} for n in (a, b))
     assert a.keys() == b.keys()
     assert len(b) > 1000  # every workload of the day is compared
     for key, value in b.items():
@@ -130,7 +134,7 @@ def test_whole_hours_come_from_rollups_and_the_ends_raw(servers: dict[str, str])
 def test_a_report_from_rollups_equals_the_raw_read(servers: dict[str, str]) -> None:
     complete, raw = _report(servers["complete"]), _report(servers["raw"])
     assert raw["fleet"]["allocated_gpu_hours"] > 100
-    _same(complete, raw)
+    _same(complete, raw, same_p95=False)
     assert complete["coverage"] == raw["coverage"]
 
 
@@ -144,7 +148,7 @@ def test_hours_without_rollups_are_read_raw(servers: dict[str, str]) -> None:
         (six_hours, "hour"),
         (44 * 60, ""),
     ]
-    _same(_report(servers["holed"], piece_seconds=six_hours), _report(servers["raw"]))
+    _same(_report(servers["holed"], piece_seconds=six_hours), _report(servers["raw"]), same_p95=False)
 
 
 def test_the_rollup_read_sends_ranges_over_recorded_hours(servers: dict[str, str]) -> None:

@@ -247,6 +247,16 @@ def test_too_little_evidence_gives_no_recommendation_and_says_why() -> None:
     assert_frame_equal(got, expected(frame, [("unknown", "", math.nan, math.nan, r) for r in reasons]))
 
 
+def test_evidence_at_a_threshold_but_for_float_rounding_is_enough() -> None:
+    """A GE-hour sum of 7 × 1/7 GE × 1 h comes out as 0.9999999999999998, and half the samples with
+    telemetry as 0.4999999999999995: at the thresholds, so judged, never unknown."""
+    hours = sum([1 / 7] * 7)
+    assert hours < 1.0
+    frame = workloads([("edge", A100, 1, hours, 0.1, 5, 0.5 - 5e-16)])
+    got = recommend(frame, usd_per_gpu_hour=PRICES, window_hours=WINDOW_HOURS)
+    assert got["recommendation_kind"].tolist() == ["time_slice"]  # 0.12 GE and 6 GiB: 1/8 of an A100
+
+
 def test_the_cheapest_fit_wins_even_over_mig() -> None:
     # need 0.24 GE and 16.8 GiB on an A100: 2g.20gb fits ($0.80/h), but so does a 1/4 share (0.25 GE,
     # 20 GiB) at $0.70/h, and the lowest $/h wins. Saves 2.10 × 730 = 1533.

@@ -385,11 +385,13 @@ def _unknown_reasons(
     telemetry = workloads["telemetry_ratio"].to_numpy(dtype=np.float64)
     needs_telemetry = _percent(params.min_telemetry_ratio)
     reasons: list[str] = []
+    # Sums of GE-hours and shares come out a hair off in float arithmetic (1.0 GPU-hour as 0.9999999999):
+    # within EPSILON_GE of a threshold is at it.
     for i in range(len(workloads)):
-        if not telemetry[i] >= params.min_telemetry_ratio:
+        if not telemetry[i] >= params.min_telemetry_ratio - EPSILON_GE:
             share = "no" if np.isnan(telemetry[i]) else f"only {_percent(telemetry[i])} of"
             reasons.append(f"{share} samples had utilization telemetry (needs {needs_telemetry})")
-        elif not hours[i] >= params.min_allocated_gpu_hours:
+        elif not hours[i] >= params.min_allocated_gpu_hours * (1.0 - EPSILON_GE):
             reasons.append(
                 f"held only {hours[i]:.2f} GPU-hours in the window (needs {params.min_allocated_gpu_hours:g})"
             )

@@ -279,7 +279,8 @@ NODE_SUM_METRICS = ("gpuwatch_node_gpu_capacity", "gpuwatch_node_gpus_reporting"
 POD_POWER_METRIC = "gpuwatch_pod_gpu_power_watts"  # a workload's energy: Σ W × sample hours
 # Right-sizing's need per pod and piece: the 95th percentile of its busy GE and the peak of its memory.
 # Over several pieces a reader takes the highest of each: the peak is the window's; the p95 is the
-# busiest piece's (at least the p95 of any hour, never a burst averaged away, but not the window's own).
+# busiest piece's (an hour's from roll-ups, a stretch read raw its own): never a burst averaged away,
+# but not the window's own, and it moves with the pieces a window is cut in.
 POD_NEED_ROLLUPS: Final = (
     ("gpuwatch_pod_gpu_used", "p95_over_time"),
     ("gpuwatch_pod_gpu_framebuffer_used_bytes", "max_over_time"),

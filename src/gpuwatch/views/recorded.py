@@ -172,7 +172,8 @@ class RecordedView(FleetView):
             if len(pods) < n:
                 return super(RecordedView, self).top_workloads(n)
             families = self.recorded.pods.of_pods(pods).read()
-            table = workload_table(replace(self.recorded.sums, **families), settings=self.recorded.settings)
+            sums = replace(self.recorded.sums, **families)
+            table = workload_table(sums, settings=self.recorded.settings, window=self.recorded.window)
             return workload_rows(table)[:n]
 
         return self._cached(f"top_workloads:{n}", compute)
