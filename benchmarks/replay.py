@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from gpuwatch.analysis import analyze
 from gpuwatch.config import Settings
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.report import build_report
-from gpuwatch.service import analyze
 from gpuwatch.sources.simulated import SimulatedFleet
 from gpuwatch.sources.simulated.source import SimulatedSource
 from gpuwatch.sources.simulated.trace import last_days_offset_seconds, load_openb, replay_openb, summary

@@ -30,7 +30,7 @@ from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Window
 from gpuwatch.series import Family, series_codes, write_openmetrics
-from gpuwatch.service import SimulationParams, history_families, history_service
+from gpuwatch.simulation import SimulationParams, history_families, history_service
 from gpuwatch.sources import promql
 from gpuwatch.sources.simulated.exposition import write_backfill
 from gpuwatch.sources.simulated.fleet import SimulatedFleet

@@ -20,7 +20,8 @@ from gpuwatch.units import parse_duration_seconds
 
 if TYPE_CHECKING:
     from gpuwatch.model import Window
-    from gpuwatch.service import FleetService, SimulationParams
+    from gpuwatch.service import FleetService
+    from gpuwatch.simulation import SimulationParams
 
 # 1: `gpuwatch check` found a problem (one line each on stderr); 2: usage or config; 3: a source unreachable.
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
@@ -256,7 +257,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _sim_params(args: argparse.Namespace) -> "SimulationParams":
-    from gpuwatch.service import SimulationParams
+    from gpuwatch.simulation import SimulationParams
 
     return SimulationParams(
         seed=args.seed, end=args.end, days=args.days, step_seconds=args.step, gpus=args.gpus, pods=args.pods
@@ -375,7 +376,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _health_events(service: "FleetService", window: "Window", nodes: Any = None) -> Any:
     """The report's health events; a report without them (and a warning) if the sources fail."""
-    from gpuwatch.service import health_events_now
+    from gpuwatch.health import health_events_now
 
     try:
         return health_events_now(service, window, nodes)
@@ -404,7 +405,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from gpuwatch.service import check
+    from gpuwatch.check import check
 
     result = check(_settings(args))
     for line in result.findings:
@@ -447,7 +448,7 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
-    from gpuwatch.service import serve_simulated_metrics
+    from gpuwatch.simulation import serve_simulated_metrics
 
     server = serve_simulated_metrics(_sim_params(args), host=args.host, port=args.port)
     print(f"gpuwatch: dcgm-exporter metrics on {server.url}/metrics", file=sys.stderr)
@@ -457,7 +458,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _cmd_kube_api(args: argparse.Namespace) -> int:
-    from gpuwatch.service import serve_simulated_kube_api
+    from gpuwatch.simulation import serve_simulated_kube_api
 
     server = serve_simulated_kube_api(
         _sim_params(args),
@@ -477,7 +478,7 @@ def _cmd_kube_api(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from gpuwatch.service import replay_openb_trace
+    from gpuwatch.simulation import replay_openb_trace
 
     result = replay_openb_trace(
         args.nodes,

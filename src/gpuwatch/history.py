@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
+from gpuwatch.analysis import RECOMMENDATION_COLUMNS, Coverage, coverage_warning
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, in_force, utc
 from gpuwatch.schema import RIGHTSIZE_WORKLOADS
-from gpuwatch.service import RECOMMENDATION_COLUMNS, Coverage, coverage_warning
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     POD_IDLE_SPLIT,

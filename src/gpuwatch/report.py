@@ -10,11 +10,11 @@ from typing import Any
 
 import pandas as pd
 
+from gpuwatch.analysis import Analysis, Coverage, low_coverage_warning, usage_tables
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import History
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, forecast_month_usd
-from gpuwatch.service import Analysis, Coverage, low_coverage_warning, usage_tables
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")

@@ -13,7 +13,7 @@ from gpuwatch import __version__
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES
 
 if TYPE_CHECKING:  # the service layer imports this module; only the type flows back
-    from gpuwatch.service import Analysis
+    from gpuwatch.analysis import Analysis
 
 
 @dataclass(frozen=True, slots=True)

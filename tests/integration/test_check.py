@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.check import check
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.service import check, demo_settings
+from gpuwatch.service import demo_settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import PrometheusFactory

@@ -26,11 +26,12 @@ import jsonschema
 import pandas as pd
 import pytest
 
+from gpuwatch.analysis import usage_tables
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
 from gpuwatch.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
 from gpuwatch.model import LEDGER_STATES, Commitment, DatedPrice, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
-from gpuwatch.service import FleetService, LiveSources, demo_settings, usage_tables
+from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory

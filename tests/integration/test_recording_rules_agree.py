@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpuwatch.report import build_report
-from gpuwatch.service import history_service
+from gpuwatch.simulation import history_service
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, query
 

@@ -8,14 +8,8 @@ import pandas as pd
 import pytest
 
 from gpuwatch.config import load_settings
-from gpuwatch.service import (
-    FleetService,
-    SimulatedSources,
-    gpu_health,
-    health_events_now,
-    health_samples,
-    health_window,
-)
+from gpuwatch.health import gpu_health, health_events_now, health_samples, health_window
+from gpuwatch.service import FleetService, SimulatedSources
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import PrometheusFactory

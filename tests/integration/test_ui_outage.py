@@ -7,8 +7,9 @@ import pytest
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
+from gpuwatch.health import health_samples
 from gpuwatch.model import Window
-from gpuwatch.service import FleetService, SimulatedSources, demo_settings, health_samples
+from gpuwatch.service import FleetService, SimulatedSources, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuwatch.analysis import namespace_teams, nodes_frame, pods_frame
 from gpuwatch.analytics.join import attribute
 from gpuwatch.model import Window
-from gpuwatch.service import namespace_teams, nodes_frame, pods_frame
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.sources.simulated.source import SimulatedSource
 

@@ -15,24 +15,43 @@ ALLOWED = {
     "config": {"model", "units", "errors"},
     "sources": BASE,
     "analytics": BASE - {"config"},
-    "service": BASE | {"sources", "analytics", "series"},
+    # analysis runs the SPEC §3 model over one window of the sources' frames (pure analytics).
+    "analysis": BASE | {"sources", "analytics"},
+    "service": BASE | {"sources", "analysis"},
+    # check, health and simulation stand beside the service: `gpuwatch check`, the /health page's device
+    # telemetry, and the simulated fleet served as the outside systems and written as history.
+    "check": BASE | {"service", "analysis"},
+    "health": BASE | {"service", "analysis", "analytics", "sources"},
+    "simulation": BASE | {"service", "analysis", "series", "sources"},
     # series renders an analysis as gpuwatch_* series for the service layer (Analysis type only back).
-    "series": BASE | {"service"},
+    "series": BASE | {"analysis"},
     # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service: the second
     # reader, whose sums go through the same pure analytics (right-sizing) as the raw path's samples.
-    "history": BASE | {"sources", "analytics", "series", "service"},
-    # backfill writes the simulated fleet's history into a TSDB directory (tsdb, promtool), beside service.
-    "backfill": BASE | {"service", "series", "sources", "tsdb"},
+    "history": BASE | {"sources", "analytics", "series", "analysis"},
+    # backfill writes the simulated fleet's history into a TSDB directory (tsdb, promtool).
+    "backfill": BASE | {"simulation", "series", "sources", "tsdb"},
     # tsdb writes series as Prometheus TSDB blocks.
     "tsdb": BASE | {"series"},
-    "report": BASE | {"service", "history"},
+    "report": BASE | {"analysis", "history"},
     "exporter": BASE | {"service", "series"},
     # views answer a window on one of two read paths: raw (service) or recorded history (history, and
     # the PromQL reads of sources.prometheus); the service's sources say whether history exists.
-    "views": BASE | {"service", "history", "report", "series", "sources"},
+    "views": BASE | {"service", "analysis", "history", "report", "series", "sources"},
     # ui draws views and shows the report's numbers; never sources or analytics.
-    "ui": BASE | {"service", "report", "views"},
-    "cli": BASE | {"backfill", "service", "history", "report", "exporter", "ui", "views"},
+    "ui": BASE | {"service", "analysis", "health", "report", "views"},
+    "cli": BASE
+    | {
+        "backfill",
+        "check",
+        "health",
+        "service",
+        "simulation",
+        "history",
+        "report",
+        "exporter",
+        "ui",
+        "views",
+    },
     "__main__": {"cli"},
     "__init__": set(),
 }

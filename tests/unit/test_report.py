@@ -13,10 +13,11 @@ import jsonschema
 import pandas as pd
 import pytest
 
+from gpuwatch.analysis import Analysis, usage_tables
 from gpuwatch.config import Settings
 from gpuwatch.model import LEDGER_STATES, PriceBook, Window
 from gpuwatch.report import build_report, group_rows, json_schema, render
-from gpuwatch.service import Analysis, FleetService, SimulatedSources, usage_tables
+from gpuwatch.service import FleetService, SimulatedSources
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.sources.simulated.demo import (
     DEMO_COMMITMENT,

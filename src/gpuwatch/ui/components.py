@@ -11,8 +11,8 @@ import flask
 import pandas as pd
 from dash import dcc, html
 
+from gpuwatch.analysis import low_coverage_warning
 from gpuwatch.model import Window
-from gpuwatch.service import low_coverage_warning
 from gpuwatch.ui import ids
 from gpuwatch.ui.data import Loaded, Outage, View, ViewStore, age_text, window_text
 from gpuwatch.ui.filters import Filters, parse_query

@@ -12,9 +12,10 @@ from typing import TypeAlias, TypeVar
 import pandas as pd
 
 from gpuwatch.errors import SourceError
+from gpuwatch.health import gpu_health, team_quotas
 from gpuwatch.model import Window
 from gpuwatch.report import Report
-from gpuwatch.service import FleetService, gpu_health, team_quotas
+from gpuwatch.service import FleetService
 from gpuwatch.ui.filters import CUSTOM, PRESET_GRID_SECONDS, PRESETS, Filters
 from gpuwatch.views.base import FleetView, Scope
 from gpuwatch.views.reader import open_view, trend_report

@@ -5,8 +5,8 @@ from typing import Any
 
 import pandas as pd
 
+from gpuwatch.health import HOT_CELSIUS
 from gpuwatch.model import LEDGER_STATES
-from gpuwatch.service import HOT_CELSIUS
 from gpuwatch.ui.components import Column, current_store, kwh, num, records, two_lines, usd
 from gpuwatch.ui.data import View, since_text
 

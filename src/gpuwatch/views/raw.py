@@ -5,9 +5,9 @@ from datetime import datetime
 
 import pandas as pd
 
+from gpuwatch.analysis import Analysis
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.report import build_report
-from gpuwatch.service import Analysis
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
 
 

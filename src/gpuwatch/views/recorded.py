@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuwatch.analysis import Analysis
 from gpuwatch.config import Settings
 from gpuwatch.history import (
     IDLE_FAMILIES,
@@ -28,7 +29,6 @@ from gpuwatch.history import (
 )
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
 from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, workload_rows
-from gpuwatch.service import Analysis
 from gpuwatch.sources.prometheus import POD_IDLE_SPLIT, HistorySums, HistoryTimeline, PodReader, pod_totals
 from gpuwatch.sources.promql import POD_HISTORY_LABELS
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
