@@ -609,11 +609,12 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     return out.fillna({"gpus": 0.0})
 
 
-def workload_table(sums: HistorySums, *, settings: Settings, window: Window) -> pd.DataFrame:
-    """assemble()'s workload table alone: one row per pod of the pod families in `sums`."""
+def workload_table(sums: HistorySums, *, settings: Settings, window: Window | None = None) -> pd.DataFrame:
+    """assemble()'s workload table alone: one row per pod of the pod families in `sums`, with its
+    recommendation when `window` is given (POD_NEEDS read; without, none: not known, not unknown)."""
     hours = SampleHours(sums.pieces)
     table = _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
-    return _rightsized(table, sums, settings=settings, window=window)[0]
+    return table if window is None else _rightsized(table, sums, settings=settings, window=window)[0]
 
 
 def _last_seen(sums: HistorySums) -> pd.DataFrame:

@@ -192,7 +192,8 @@ class FleetView(ABC):
 
     def top_workloads(self, n: int) -> list[dict[str, Any]]:
         """The report's first n workload rows (most wasteful, then most allocated, first); on the recorded
-        path over the whole fleet only those pods' series are read when n of them had waste."""
+        path over the whole fleet only those pods' series are read when n of them had waste, and not
+        right-sizing's: their recommendation is None there."""
         rows: list[dict[str, Any]] = self.report["workloads"][:n]
         return rows
 

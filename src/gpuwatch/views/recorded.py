@@ -29,7 +29,15 @@ from gpuwatch.history import (
 )
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
 from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, workload_rows
-from gpuwatch.sources.prometheus import POD_IDLE_SPLIT, HistorySums, HistoryTimeline, PodReader, pod_totals
+from gpuwatch.sources.prometheus import (
+    POD_FAMILIES,
+    POD_IDLE_SPLIT,
+    POD_NEEDS,
+    HistorySums,
+    HistoryTimeline,
+    PodReader,
+    pod_totals,
+)
 from gpuwatch.sources.promql import POD_HISTORY_LABELS
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
 from gpuwatch.views.raw import holders
@@ -167,13 +175,13 @@ class RecordedView(FleetView):
 
         def compute() -> list[dict[str, Any]]:
             # The report's first n are the n most wasteful when n pods had waste (it sorts by waste): only
-            # their series are read. Else the whole report.
+            # their series are read, but right-sizing's (the rows a waste list draws carry no
+            # recommendation). Else the whole report.
             pods = self._most_wasteful(n)
             if len(pods) < n:
                 return super(RecordedView, self).top_workloads(n)
-            families = self.recorded.pods.of_pods(pods).read()
-            sums = replace(self.recorded.sums, **families)
-            table = workload_table(sums, settings=self.recorded.settings, window=self.recorded.window)
+            families = self.recorded.pods.of_pods(pods).read(*(f for f in POD_FAMILIES if f not in POD_NEEDS))
+            table = workload_table(replace(self.recorded.sums, **families), settings=self.recorded.settings)
             return workload_rows(table)[:n]
 
         return self._cached(f"top_workloads:{n}", compute)
