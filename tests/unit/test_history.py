@@ -750,6 +750,15 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
         ")",
     ),
     (
+        promql.pod_need_query,
+        {"metric": "gpuwatch_pod_gpu_used", "resolution_seconds": 60},
+        "quantile_over_time(0.95,\n"
+        "  (\n"
+        "    max by (namespace, pod, team, node, pool) (avg_over_time(gpuwatch_pod_gpu_used[59999ms]))\n"
+        "  )[86399999ms:60s]\n"
+        ")",
+    ),
+    (
         promql.pool_sum_query,
         {"metric": "gpuwatch_pool_fragmentation_ratio", "resolution_seconds": 60},
         "sum_over_time(\n"

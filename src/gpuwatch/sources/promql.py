@@ -701,12 +701,12 @@ def pod_need_query(
     over the grid points it had telemetry at, or the peak of the memory its GPUs held; from roll-ups the
     highest of their hours' (`matchers` as in pod_gpus_sum_query).
 
-    pod_need_query("gpuwatch_pod_gpu_used", range_seconds=3600, resolution_seconds=60) is::
+    pod_need_query("gpuwatch_pod_gpu_used", range_seconds=86400, resolution_seconds=60) is::
 
         quantile_over_time(0.95,
           (
             max by (namespace, pod, team, node, pool) (avg_over_time(gpuwatch_pod_gpu_used[59999ms]))
-          )[3599999ms:60s]
+          )[86399999ms:60s]
         )
     """
     function = dict(POD_NEED_ROLLUPS)[_one_of_metrics(metric, [m for m, _ in POD_NEED_ROLLUPS])]
