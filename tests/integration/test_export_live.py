@@ -15,7 +15,7 @@ from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
 from gpuwatch.exporter import ExportLoop, GpuwatchCollector
 from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from tests.integration.prom import PrometheusFactory, free_port
+from tests.integration.prom import PROMTOOL, PrometheusFactory, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -25,10 +25,14 @@ def fleet() -> SimulatedFleet:
     return build_demo_fleet(seed=5, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.25)
 
 
-def _families(loop: ExportLoop) -> dict[str, list[tuple[dict[str, str], float]]]:
+def _exposition(loop: ExportLoop) -> str:
     registry = CollectorRegistry()
     registry.register(GpuwatchCollector(loop))
-    text = generate_latest(registry).decode()
+    return generate_latest(registry).decode()
+
+
+def _families(loop: ExportLoop) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = _exposition(loop)
     return {f.name: [(s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
 
 
@@ -63,6 +67,14 @@ def test_live_exporter_publishes_what_the_demo_exporter_does(
         "prometheus": 1.0,
         "kubernetes": 1.0,
     }
+    # Both expositions pass Prometheus's own lint: the demo's holds every family (right-sizing's memory
+    # and the energy ones included; this Prometheus holds no memory or power series for the live one).
+    demo_text = _exposition(demo)
+    assert "gpuwatch_pod_gpu_framebuffer_used_bytes{" in demo_text
+    assert "gpuwatch_pod_gpu_power_watts{" in demo_text
+    for text in (_exposition(live), demo_text):
+        lint = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert (lint.returncode, lint.stdout + lint.stderr) == (0, "")
     # Later cycles publish the same from the watched cache, without listing anything again.
     assert live.run_once().error == ""
     assert _families(live)["gpuwatch_pod_gpu_allocation"] == got["gpuwatch_pod_gpu_allocation"]
