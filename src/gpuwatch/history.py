@@ -372,7 +372,12 @@ def assemble(
     names = pools["pool"].astype("str")
     end = window.end
     pools["usd_per_gpu_hour"] = [prices.get(p, settings.pricing.usd_per_gpu_hour(p, end)) for p in names]
-    workloads, recommendations, stale = _rightsized(workloads, sums, settings=settings, window=window)
+    recommendations, stale = _recommendations(
+        workloads, sums, settings=settings, window=window, published=prices
+    )
+    if len(workloads):  # without pod rows (not read) right-sizing is not known: none, never 0 saved
+        keys = list(WORKLOAD_KEYS)
+        workloads = workloads.merge(recommendations[[*keys, *RECOMMENDATION_COLUMNS]], on=keys, how="left")
     rightsized = {} if held_at_end is None else {"packing": _packing(recommendations, held_at_end)}
     for state in LEDGER_STATES:  # <state>_usd: each piece's GE-hours at its price, summed
         usd = state_usd[state_usd.index.get_level_values("state") == state].droplevel("state")
@@ -609,12 +614,11 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     return out.fillna({"gpus": 0.0})
 
 
-def workload_table(sums: HistorySums, *, settings: Settings, window: Window | None = None) -> pd.DataFrame:
-    """assemble()'s workload table alone: one row per pod of the pod families in `sums`, with its
-    recommendation when `window` is given (POD_NEEDS read; without, none: not known, not unknown)."""
+def workload_table(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
+    """assemble()'s workload table alone, without right-sizing: one row per pod of the pod families in
+    `sums` (their recommendation None: not read, so not known, never unknown)."""
     hours = SampleHours(sums.pieces)
-    table = _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
-    return table if window is None else _rightsized(table, sums, settings=settings, window=window)[0]
+    return _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
 
 
 def _last_seen(sums: HistorySums) -> pd.DataFrame:
@@ -735,28 +739,20 @@ def _workloads(
     return out.merge(_energy(sums.pod_power, hours, energy_rate, keys), on=keys, how="left")
 
 
-def _rightsized(
-    workloads: pd.DataFrame, sums: HistorySums, *, settings: Settings, window: Window
-) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """The workload rows with their recommendation (RECOMMENDATION_COLUMNS; none without rows: not
-    read, so not known, never 0 saved), recommend()'s frame, and how many lack a p95 in some piece
-    they had telemetry in (roll-ups from before it was recorded: their p95 unknown, never the rest of
-    the window's)."""
-    recommendations, stale = _recommendations(workloads, sums, settings=settings, window=window)
-    if len(workloads):
-        keys = list(WORKLOAD_KEYS)
-        workloads = workloads.merge(recommendations[[*keys, *RECOMMENDATION_COLUMNS]], on=keys, how="left")
-    return workloads, recommendations, stale
-
-
 def _recommendations(
-    workloads: pd.DataFrame, sums: HistorySums, *, settings: Settings, window: Window
+    workloads: pd.DataFrame,
+    sums: HistorySums,
+    *,
+    settings: Settings,
+    window: Window,
+    published: Mapping[str, float],
 ) -> tuple[pd.DataFrame, int]:
-    """recommend() for each workload row, and how many lack a p95 (_rightsized()).
+    """recommend() for each workload row, and how many lack a p95 in some piece they had telemetry in
+    (roll-ups from before it was recorded: their p95 unknown, never the rest of the window's).
 
     A workload's p95 busy GE is the highest of its pieces' (POD_NEED_ROLLUPS), its memory peak the
     highest, its telemetry the share of its allocated GE-hours whose utilization was known (the raw path
-    counts samples); a pool's price is the one a table quotes (published in its last piece, else the
+    counts samples); a pool's price is the one a table quotes (`published` in its last piece, else the
     book's at the window's end)."""
     keys, pod = list(WORKLOAD_KEYS), list(POD_KEYS)
     held = sums.pod_used[["piece", *pod]].drop_duplicates()
@@ -773,7 +769,6 @@ def _recommendations(
         peak_fb_bytes=sums.pod_memory_peak.groupby(keys)["value"].max().reindex(index).to_numpy(np.float64),
         telemetry_ratio=np.divide(known, allocated, out=np.full(len(known), math.nan), where=allocated > 0),
     )
-    published = _published_prices(sums)
     pools = set(sums.nodes_now["pool"]) | (set(usage["pool"]) - {""}) | set(published)
     quoted = {p: published.get(p, settings.pricing.usd_per_gpu_hour(p, window.end)) for p in pools}
     recommended = recommend(

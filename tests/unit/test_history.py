@@ -493,7 +493,7 @@ def test_a_price_change_inside_the_window_prices_each_piece_at_its_rate() -> Non
     assert pools.loc[H100, "allocated_active_usd"] == pytest.approx(12 * 5.0)
     assert pools.loc[H100, "unallocated_usd"] == 0.0
     workloads = {w["pod"]: w for w in report["workloads"]}
-    costs = workload_table(sums, settings=settings, window=window).set_index("pod")["cost_usd"]
+    costs = workload_table(sums, settings=settings).set_index("pod")["cost_usd"]
     # a: 24 GPU-h at $3 and 24 at $2; idle only in the afternoon, at $2.
     assert costs["a"] == pytest.approx(24 * 3.0 + 24 * 2.0)
     assert workloads["a"]["waste_usd"] == pytest.approx(24 * 2.0)
