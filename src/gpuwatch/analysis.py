@@ -19,6 +19,7 @@ from gpuwatch.analytics.fragmentation import (
 )
 from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
+from gpuwatch.analytics.placement import policy_taints, pool_taints, screen_pending
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings
 from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, normalize_product
@@ -87,6 +88,7 @@ def nodes_frame(state: ClusterState) -> pd.DataFrame:
                 "allocatable_ge": min(float(n.gpu_count), n.allocatable_gpus()),
                 "ready": n.ready,
                 "schedulable": not n.unschedulable,
+                "taints": ", ".join(str(t) for t in policy_taints(n)),
             }
             for n in state.nodes
         ],
@@ -99,8 +101,17 @@ def nodes_frame(state: ClusterState) -> pd.DataFrame:
             "allocatable_ge",
             "ready",
             "schedulable",
+            "taints",
         ],
     )
+
+
+def taint_counts(nodes: pd.DataFrame) -> pd.DataFrame:
+    """pool, taint, nodes: how many of each pool's nodes carry each taint (nodes_frame()'s taints)."""
+    per_node = nodes.assign(taint=nodes["taints"].str.split(", ")).explode("taint")
+    per_node = per_node[per_node["taint"].fillna("") != ""]
+    counts = per_node.groupby(["pool", "taint"], as_index=False).agg(nodes=("node", "nunique"))
+    return counts.astype({"pool": "str", "taint": "str", "nodes": "int64"})
 
 
 def namespace_teams(state: ClusterState, rules: TeamRules) -> dict[str, str]:
@@ -145,6 +156,10 @@ class Analysis:
     # None when the source reads no energy or power at all.
     energy: pd.DataFrame | None = None
 
+    def tainted_nodes(self) -> pd.DataFrame:
+        """pool, taint, nodes: how many of each pool's nodes carry each taint now."""
+        return taint_counts(self.nodes)
+
 
 def analyze(
     *,
@@ -176,6 +191,7 @@ def analyze(
     mix = request_mix(_gpu_requests(marked, pending_pods))
     per_node_frag, per_pool = fragmentation(free, mix)
     result = ledger(node_samples, marked, per_node_frag)
+    screens, placeable = screen_pending([p for p in state.gpu_pods() if p.phase == "Pending"], state.nodes)
     pending = diagnose_pending(
         PENDING_PODS.check(
             pending_pods.rename(columns={"requested_ge": "gpus"})[
@@ -184,6 +200,8 @@ def analyze(
         ),
         free,
         as_of=window.end,
+        screens=screens,
+        placeable=placeable,
     )
     step_h = window.step_hours
     warnings = list(source_warnings) + list(state.warnings)
@@ -418,6 +436,8 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
         pools = pools.merge(extra, on="pool", how="left")
     end = analysis.window.end  # a pool's price: the one in force at the window's end
     pools["usd_per_gpu_hour"] = pools["pool"].map(lambda p: rates.quoted(p, end)).astype("float64")
+    taints = pool_taints(taint_counts(analysis.nodes), analysis.nodes.groupby("pool").size())
+    pools["taints"] = pd.Series([taints.get(p, "") for p in pools["pool"]], index=pools.index, dtype="str")
     tables["pool"] = pools
     fleet_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step)
     fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, rates=rates, by=())

@@ -8,8 +8,9 @@ import pandas as pd
 
 from gpuwatch.analysis import MIN_COVERAGE_RATIO, Analysis, iso_z, low_coverage_warning
 from gpuwatch.config import Settings
-from gpuwatch.errors import ConfigError, PrometheusError, SourceError
-from gpuwatch.service import FleetService, LiveSources
+from gpuwatch.errors import ConfigError, KubernetesError, PrometheusError, SourceError
+from gpuwatch.model import KueueState
+from gpuwatch.service import FleetService, LiveSources, kueue_state
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,8 +27,8 @@ CHECK_WINDOW_DAYS = 1 / 24  # `gpuwatch check` judges coverage over the last hou
 
 
 def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) -> CheckResult:
-    """Connectivity, RBAC (can gpuwatch list what it needs?), DCGM metrics and label layout, coverage
-    of the last hour.
+    """Connectivity, RBAC (can gpuwatch list what it needs?), DCGM metrics and label layout, Kueue
+    (installed or not: never a problem, but a 403 on it is), coverage of the last hour.
 
     Discovery and coverage are judged together, so they never contradict each other: DCGM series that
     exist but have too little history (a Prometheus started minutes ago) are "not enough history yet",
@@ -63,6 +64,7 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
         problems.append(str(e))
         unreachable = True
     kube_ok = True
+    kube_reachable = True
     for kind in ("pods", "nodes", "namespaces", "resourcequotas"):
         reason = sources.kubernetes.can_list(kind)
         if reason is None:
@@ -70,7 +72,15 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
         else:
             problems.append(reason)
             kube_ok = False
+            kube_reachable = kube_reachable and "unreachable" not in reason
             unreachable = unreachable or "unreachable" in reason
+    if kube_reachable:
+        try:
+            kueue = kueue_state(sources.kubernetes)
+            findings.append(kueue_line(kueue))
+            warnings += list(kueue.warnings)
+        except KubernetesError as e:
+            problems.append(str(e))  # a 403 names the RBAC Kueue needs; a cluster without Kueue is no problem
     if not kube_ok or unreachable:
         return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=unreachable)
     service = FleetService(settings=settings, sources=sources)
@@ -87,6 +97,17 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
     low = low_coverage_warning(analysis.coverage.warnings)
     warnings += [w for w in analysis.coverage.warnings if w != low]
     return CheckResult(findings=findings, warnings=warnings, problems=problems, unreachable=False)
+
+
+def kueue_line(state: KueueState) -> str:
+    """The one line `gpuwatch check` says of Kueue: what it holds, or that it is not installed."""
+    if not state.installed:
+        return "Kueue not installed: queues and quota waits not shown"
+    skipped = f" ({state.skipped} malformed objects skipped)" if state.skipped else ""
+    return (
+        f"kueue (kueue.x-k8s.io/{state.version}): installed, {len(state.cluster_queues)} cluster queues, "
+        f"{len(state.local_queues)} local queues, {len(state.workloads)} workloads{skipped}"
+    )
 
 
 def _judge_coverage(analysis: "Analysis", *, recent_series: int) -> CheckResult:

@@ -13,6 +13,7 @@ import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
 from gpuwatch.analysis import RECOMMENDATION_COLUMNS, Coverage, coverage_warning
+from gpuwatch.analytics.placement import pool_taints
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
@@ -30,7 +31,7 @@ from gpuwatch.sources.prometheus import (
     history_sums,
     pod_totals,
 )
-from gpuwatch.sources.promql import PENDING_LABELS, POD_HISTORY_LABELS
+from gpuwatch.sources.promql import PENDING_INFO_LABELS, PENDING_LABELS, POD_HISTORY_LABELS
 
 SECONDS_PER_HOUR = 3600.0
 WATT_HOURS_PER_KWH = 1000.0
@@ -824,7 +825,7 @@ def _teams(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
 
 def _pools(sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame) -> pd.DataFrame:
     """Per pool: nodes and GPUs now, ledger GE-hours, used GE-hours, the window's mean fragmentation
-    ratio and the largest free block now."""
+    ratio, the largest free block and the taints now."""
     now = sums.nodes_now.groupby("pool").agg(nodes=("node", "nunique"), gpus=("value", "sum"))
     frag = _time_average(sums.fragmentation_sum, sums.fragmentation_count, hours)
     used = hours.by(_namespace_family(sums, "used"), ("pool",), "used_gpu_hours").set_index("pool")
@@ -839,6 +840,9 @@ def _pools(sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame) -> p
         pools = pools.join(frame, how="outer")
     hours_columns = [f"{s}_gpu_hours" for s in LEDGER_STATES]
     pools = pools.fillna({c: 0.0 for c in hours_columns}).fillna({"nodes": 0, "gpus": 0.0})
+    counts = sums.tainted_nodes_now.rename(columns={"value": "nodes"})[["pool", "taint", "nodes"]]
+    taints = pool_taints(counts.astype({"nodes": "int64"}), pools["nodes"])
+    pools["taints"] = pd.Series([taints.get(p, "") for p in pools.index], index=pools.index, dtype="str")
     return pools.astype({"nodes": "int64"}).rename_axis(index="pool").reset_index()
 
 
@@ -848,7 +852,11 @@ def _pending(sums: HistorySums) -> pd.DataFrame:
     pending = sums.pending_now.rename(columns={"value": "gpus"}).merge(
         sums.pending_waiting_now.rename(columns={"value": "waiting_seconds"}), on=keys, how="left"
     )
-    columns = [*keys, "gpus", "waiting_seconds", "blocked_by"]
+    info = sums.pending_info_now.drop(columns="value", errors="ignore").drop_duplicates(keys)
+    pending = pending.merge(info, on=keys, how="left")
+    columns = [*keys, "gpus", "waiting_seconds", "blocked_by", *PENDING_INFO_LABELS]
+    # An exporter from before the info series says no more than blocked_by.
+    pending = pending.fillna(dict.fromkeys(PENDING_INFO_LABELS, ""))
     return pending[columns].sort_values(
         ["waiting_seconds", "namespace", "pod"], ascending=[False, True, True], ignore_index=True
     )

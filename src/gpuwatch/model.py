@@ -18,6 +18,13 @@ MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries above this ma
 RESOURCE_GPU = "nvidia.com/gpu"
 RESOURCE_GPU_SHARED = "nvidia.com/gpu.shared"
 RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # GFD's node label naming the GPU product
+# Taints the node lifecycle controller sets (cordoned, NotReady, unreachable, pressure): node states the
+# ledger already counts as not schedulable, so they make a pod wait for capacity, not for a toleration.
+LIFECYCLE_TAINT_PREFIX = "node.kubernetes.io/"
+REPELLING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule never keeps a pod off
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"  # Kueue's scheduling gate on a pod it has not admitted
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # the LocalQueue a pod or job is submitted to
 # SPEC §3: every GE-hour of capacity is in exactly one state. allocated_unknown holds the allocated GE-hours
 # whose utilization is unknown (no telemetry): never drawn or counted as idle or active.
 LEDGER_STATES = (
@@ -131,6 +138,7 @@ class Node:
     ready: bool = True
     unschedulable: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple["Taint", ...] = ()
 
     @property
     def pool(self) -> str:
@@ -145,6 +153,122 @@ class Node:
     def capacity_gpus(self) -> float:
         """Advertised capacity in GPU-equivalents."""
         return sum(ge_per_unit(r, self.replicas) * q for r, q in self.capacity.items() if is_gpu_resource(r))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Taint:
+    """A node taint: pods that do not tolerate it are kept off the node (NoSchedule, NoExecute) or
+    placed there last (PreferNoSchedule)."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Toleration:
+    """A pod's toleration, with Kubernetes' matching rules: operator Exists matches any value (and with
+    an empty key any taint), Equal the value given; an empty effect matches every effect."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+    def __str__(self) -> str:
+        """As `kubectl describe pod` lists it: key=value:effect, or key:effect op=Exists."""
+        if self.operator == "Exists":
+            what = f"{self.key}:{self.effect}" if self.effect else self.key
+            return f"{what} op=Exists".strip()
+        what = f"{self.key}={self.value}"
+        return f"{what}:{self.effect}" if self.effect else what
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeRequirement:
+    """One match expression of a node selector term (In, NotIn, Exists, DoesNotExist, Gt, Lt) on a
+    node label, or on the node's name for a matchFields `metadata.name` requirement."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+    on_field: bool = False
+
+    def matches(self, node: "Node") -> bool:
+        """As the scheduler evaluates it: a missing label is in no set; Gt/Lt compare integers."""
+        value = (
+            (node.name if self.key == "metadata.name" else None)
+            if self.on_field
+            else node.labels.get(self.key)
+        )
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op in ("Gt", "Lt") and value is not None and len(self.values) == 1:
+            try:
+                have, bound = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return have > bound if op == "Gt" else have < bound
+        return False
+
+    def __str__(self) -> str:
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.operator}"
+        if self.operator in ("Gt", "Lt"):
+            return f"{self.key} {self.operator} {self.values[0] if self.values else ''}"
+        return f"{self.key} {self.operator} ({', '.join(self.values)})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """What a pending pod asks of a node, and what holds it back, as its spec and status say.
+
+    node_affinity: the required node affinity's terms, any one of which must match (the expressions
+    within a term all must). scheduler_message: the PodScheduled=False condition's message, the
+    scheduler's own words ("" when it has not said)."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_affinity: tuple[tuple[NodeRequirement, ...], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    scheduling_gates: tuple[str, ...] = ()
+    scheduler_message: str = ""
+
+    def matches(self, node: "Node") -> bool:
+        """The node selector (every label equal) and any one required affinity term (an empty term
+        matches no node, as in Kubernetes)."""
+        if any(node.labels.get(k) != v for k, v in self.node_selector.items()):
+            return False
+        return not self.node_affinity or any(
+            term and all(r.matches(node) for r in term) for term in self.node_affinity
+        )
+
+    def untolerated(self, node: "Node") -> list[Taint]:
+        """The node's NoSchedule/NoExecute taints no toleration of the pod tolerates (lifecycle taints:
+        node states, counted as such, aside)."""
+        return [
+            t
+            for t in node.taints
+            if t.effect in REPELLING_EFFECTS
+            and not t.key.startswith(LIFECYCLE_TAINT_PREFIX)
+            and not any(tol.tolerates(t) for tol in self.tolerations)
+        ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +293,7 @@ class Pod:
     gpu_requests: Mapping[str, float] = field(default_factory=dict)
     node_selector_product: str | None = None
     container: str = "main"
+    placement: Placement | None = None  # read for pending pods only: what keeps them waiting
 
     @property
     def key(self) -> str:
@@ -442,3 +567,164 @@ class IdleParams:
     # Idle GPUs whose framebuffer holds at least this much are "held" (a loaded model, a parked notebook);
     # below it, "abandoned" (a CUDA context at most).
     held_fb_bytes: float = 1024 * BYTES_PER_MIB
+
+
+# ---------------------------------------------------------------------------------------------
+# Kueue (kueue.x-k8s.io): the quota queues GPU workloads wait in, read-only. GPU resources only.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceFlavor:
+    """A Kueue ResourceFlavor: the nodes its quota stands for are those carrying every one of
+    node_labels (GFD's nvidia.com/gpu.product names their GPU product). node_taints: taints those nodes
+    carry, which a workload must tolerate; tolerations: what Kueue adds to the pods it admits on it."""
+
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+    @property
+    def product(self) -> str:
+        """The GPU product its nodes carry ("" when the flavor does not name one)."""
+        return self.node_labels.get(GPU_PRODUCT_LABEL, "")
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with these labels is one of the flavor's (an empty flavor selects every node)."""
+        return all(labels.get(k) == v for k, v in self.node_labels.items())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlavorQuota:
+    """A ClusterQueue's (or Cohort's) quota of one GPU resource in one flavor. borrowing_limit: how much
+    more it may borrow from its cohort; lending_limit: how much of its unused nominal quota the cohort
+    may lend to others. NaN: no limit set (unlimited)."""
+
+    flavor: str
+    resource: str
+    nominal: float
+    borrowing_limit: float = math.nan
+    lending_limit: float = math.nan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlavorUsage:
+    """What a ClusterQueue's workloads hold of one GPU resource in one flavor; `borrowed` is the part
+    above its nominal quota, taken from its cohort."""
+
+    flavor: str
+    resource: str
+    total: float
+    borrowed: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterQueue:
+    """A Kueue ClusterQueue: its cohort ("" = none), GPU quotas, and its status. usage is
+    status.flavorsUsage (admitted workloads), reserved status.flavorsReservation (quota reserved:
+    admitted, and those still waiting for admission checks)."""
+
+    name: str
+    cohort: str = ""
+    quotas: tuple[FlavorQuota, ...] = ()
+    usage: tuple[FlavorUsage, ...] = ()
+    reserved: tuple[FlavorUsage, ...] = ()
+    pending_workloads: int = 0
+    reserving_workloads: int = 0
+    admitted_workloads: int = 0
+
+    def quota(self, flavor: str, resource: str) -> FlavorQuota | None:
+        return next((q for q in self.quotas if q.flavor == flavor and q.resource == resource), None)
+
+    def used(self, flavor: str, resource: str) -> FlavorUsage | None:
+        return next((u for u in self.usage if u.flavor == flavor and u.resource == resource), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cohort:
+    """A Kueue Cohort object (cohorts also exist by name alone, as ClusterQueue.cohort): its parent
+    cohort ("" = a root) and the GPU quota it holds itself."""
+
+    name: str
+    parent: str = ""
+    quotas: tuple[FlavorQuota, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalQueue:
+    """A Kueue LocalQueue: where a namespace's workloads are submitted, and the ClusterQueue behind it."""
+
+    namespace: str
+    name: str
+    cluster_queue: str
+    pending_workloads: int = 0
+    reserving_workloads: int = 0
+    admitted_workloads: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """A Kueue Workload: a job (or pod) waiting for quota, or holding it.
+
+    gpu_requests: per GPU resource, the total over its pod sets (pods × per-pod request).
+    cluster_queue / flavors: where its quota is reserved ("" / {} until then), flavors by GPU resource.
+    The times are the lastTransitionTime of conditions that are True now: QuotaReserved, Admitted,
+    Finished, Evicted (a workload evicted and admitted again has evicted_at None). preemptions: how
+    many times Kueue preempted it. pending_message: the QuotaReserved=False message, Kueue's own words
+    ("couldn't assign flavors to pod set main: insufficient unused quota ...").
+    owner_kind / owner_name: the object it stands for (a Job, a Pod, ...).
+    """
+
+    namespace: str
+    name: str
+    queue_name: str
+    created_at: datetime
+    gpu_requests: Mapping[str, float] = field(default_factory=dict)
+    cluster_queue: str = ""
+    flavors: Mapping[str, str] = field(default_factory=dict)
+    quota_reserved_at: datetime | None = None
+    admitted_at: datetime | None = None
+    finished_at: datetime | None = None
+    evicted_at: datetime | None = None
+    evicted_reason: str = ""
+    preemptions: int = 0
+    pending_message: str = ""
+    owner_kind: str = ""
+    owner_name: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def status(self) -> str:
+        """finished, admitted, quota_reserved (waiting for admission checks) or pending."""
+        if self.finished_at is not None:
+            return "finished"
+        if self.admitted_at is not None:
+            return "admitted"
+        if self.quota_reserved_at is not None:
+            return "quota_reserved"
+        return "pending"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KueueState:
+    """Kueue's objects as the API server has them now. installed False: the cluster serves no Kueue API
+    (every collection empty). version: the kueue.x-k8s.io API version read (v1beta2, or v1beta1 on
+    Kueue before 0.15). Malformed objects are skipped, counted and warned of once."""
+
+    installed: bool = False
+    version: str = ""
+    flavors: tuple[ResourceFlavor, ...] = ()
+    cohorts: tuple[Cohort, ...] = ()
+    cluster_queues: tuple[ClusterQueue, ...] = ()
+    local_queues: tuple[LocalQueue, ...] = ()
+    workloads: tuple[Workload, ...] = ()
+    warnings: tuple[str, ...] = ()
+    skipped: int = 0
+    list_restarts: int = 0

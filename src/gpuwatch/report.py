@@ -246,8 +246,14 @@ _COLUMNS = {
         "largest_free_block",
         "stranded_gpu_hours",
         "stranded_cost_usd",
+        "taints",
         "usd_per_gpu_hour",
     ],
+}
+
+
+_TEXT_COLUMNS = frozenset({"namespace", "pod", "team", "pool", "node", "taints", "idle_since"}) | {
+    f"recommendation_{k}" for k in ("kind", "target", "reason")
 }
 
 
@@ -271,14 +277,17 @@ def _kind(column: str) -> str:
     return ""
 
 
-def _aligned(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def _aligned(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, text: Sequence[int] = (0,)
+) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
         # Names left, numbers right, as a reader scans them.
         return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
+            c.ljust(w) if i in text else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
@@ -316,7 +325,9 @@ def render_table(report: Report, *, group_by: str = "team", top: int = 15, sourc
     ]
     columns = _COLUMNS[group_by]
     rows = group_rows(report, group_by)[:top]
-    out += _aligned(columns, [[_fmt(r.get(c), _kind(c)) for c in columns] for r in rows])
+    text = tuple(i for i, c in enumerate(columns) if i == 0 or c in _TEXT_COLUMNS)
+    out += _aligned(columns, [[_fmt(r.get(c), _kind(c)) for c in columns] for r in rows], text=text)
+    out += _pending_lines(report["pending"], top=top)
     coverage = report["coverage"]
     expected = coverage["gpu_samples_expected"]
     out += [
@@ -327,6 +338,25 @@ def render_table(report: Report, *, group_by: str = "team", top: int = 15, sourc
     ]
     out += [f"warning: {w}" for w in coverage["warnings"] if w not in _low_coverage(report)]
     return "\n".join(out) + "\n"
+
+
+def _pending_lines(pending: list[dict[str, Any]], *, top: int) -> list[str]:
+    """The pending GPU pods that waited longest, with what blocks them and why."""
+    if not pending:
+        return []
+    rows = [
+        [
+            f"{p['namespace']}/{p['pod']}",
+            _fmt(p["gpus"]),
+            p["pool"] or "any",
+            f"{p['waiting_seconds'] / 3600:.1f} h",
+            p["blocked_by"],
+            p["reason"],
+        ]
+        for p in pending[:top]
+    ]
+    headers = ["pending GPU pod", "GPUs", "pool", "waiting", "blocked_by", "reason"]
+    return ["", f"{len(pending)} GPU pod(s) pending", *_aligned(headers, rows, text=(0, 2, 4, 5))]
 
 
 def _low_coverage(report: Report) -> list[str]:
@@ -551,6 +581,7 @@ def report_from_tables(
                 "stranded_gpu_hours": float(r["stranded_gpu_hours"]),
                 "stranded_cost_usd": float(r["stranded_cost_usd"]),
                 "usd_per_gpu_hour": _num(r["usd_per_gpu_hour"]),
+                "taints": str(r["taints"]),
             }
             for r in tables["pool"].to_dict("records")
         ],
@@ -564,6 +595,10 @@ def report_from_tables(
                 "pool": str(r["pool"]),
                 "waiting_seconds": max(0.0, float(r["waiting_seconds"])),
                 "blocked_by": str(r["blocked_by"]),
+                "reason": str(r["reason"]),
+                "scheduler_message": str(r["scheduler_message"]),
+                "node_affinity": str(r["node_affinity"]),
+                "tolerations": str(r["tolerations"]),
             }
             for r in pending.to_dict("records")
         ],

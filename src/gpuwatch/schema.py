@@ -146,6 +146,25 @@ PENDING_PODS = Contract(
     {"namespace": "str", "pod": "str", "team": "str", "pool": "str", "gpus": "float", "created_at": "time"},
 )
 
+# Per pending GPU pod: the scheduler's checks before free GPUs (analytics.placement.screen_pending).
+# blocked_by is affinity, taint, mig_profile, quota, or "" when the free GPUs of its group's nodes decide.
+PENDING_SCREENS = Contract(
+    "pending_screens",
+    {
+        "namespace": "str",
+        "pod": "str",
+        "group": "int",
+        "blocked_by": "str",
+        "detail": "str",
+        "node_affinity": "str",
+        "tolerations": "str",
+        "scheduler_message": "str",
+    },
+)
+
+# The nodes each group of pending pods asking the same may use (matching, tolerated, offering).
+PLACEABLE_NODES = Contract("placeable_nodes", {"group": "int", "node": "str"})
+
 # GPU_SAMPLES as the DCGM sources deliver them: identity extras, the workload whose labels the unit's
 # series carried (a time-sliced GPU held by k pods has k rows with the same unit-level values: never sum
 # them) and the DCGM field its utilization came from. Other fields add base-unit columns.
@@ -223,4 +242,134 @@ RIGHTSIZE_RECOMMENDATIONS = Contract(
 RIGHTSIZE_PACKING = Contract(
     "rightsize_packing",
     {"pool": "str", "gpus_before": "int", "gpus_after": "int", "gpus_freed": "int"},
+)
+
+# Queues, quotas and fairness (analytics.queues). Kueue: one row per ClusterQueue × pool (the GPU product
+# of its flavors): cohort "" = none; quotas in GE; borrowing_limit_gpus NaN = unlimited;
+# lending_limit_gpus NaN = all of the unused nominal quota is lendable.
+QUEUE_QUOTAS = Contract(
+    "queue_quotas",
+    {
+        "cluster_queue": "str",
+        "cohort": "str",
+        "team": "str",
+        "pool": "str",
+        "nominal_gpus": "float",
+        "borrowing_limit_gpus": "float",
+        "lending_limit_gpus": "float",
+    },
+)
+# One row per Kueue Workload: queue = its LocalQueue; pool "" when never admitted; gpus in GE;
+# admitted_at NaT = not admitted; finished_at = when it stopped holding quota (finished or evicted),
+# NaT = still holding; preemptions = times it was preempted.
+QUEUE_WORKLOADS = Contract(
+    "queue_workloads",
+    {
+        "namespace": "str",
+        "workload": "str",
+        "queue": "str",
+        "cluster_queue": "str",
+        "team": "str",
+        "pool": "str",
+        "gpus": "float",
+        "created_at": "time",
+        "admitted_at": "time",
+        "finished_at": "time",
+        "preemptions": "int",
+    },
+)
+# What wait_stats reads of a Kueue Workload or a plain pod: when it was created and admitted (a pod: when
+# it was scheduled/started; NaT = not yet). Optional: finished_at (time), preemptions (int).
+ADMISSION_TIMES = Contract("admission_times", {"created_at": "time", "admitted_at": "time"})
+# The USD per GPU-hour in force in a pool from each timestamp on: one row per sample (PoolRates.at of a
+# grid) or one per price change; a sample before a pool's first row has no known price.
+POOL_PRICES = Contract("pool_prices", {"timestamp": "time", "pool": "str", "usd_per_gpu_hour": "float"})
+# Per ClusterQueue × pool and sample (analytics.queues.queue_usage), in GE.
+QUEUE_USAGE = Contract(
+    "queue_usage",
+    {
+        "timestamp": "time",
+        "cluster_queue": "str",
+        "cohort": "str",
+        "team": "str",
+        "pool": "str",
+        "nominal_gpus": "float",
+        "used_gpus": "float",
+        "borrowed_gpus": "float",
+        "lent_gpus": "float",
+    },
+)
+# Per ClusterQueue × pool over a window (analytics.queues.queue_summary).
+QUEUE_SUMMARY = Contract(
+    "queue_summary",
+    {
+        "cluster_queue": "str",
+        "cohort": "str",
+        "team": "str",
+        "pool": "str",
+        "nominal_gpus": "float",
+        "used_gpu_hours": "float",
+        "borrowed_gpu_hours": "float",
+        "lent_gpu_hours": "float",
+        "reserved_unused_gpu_hours": "float",
+        "reserved_unused_usd": "float",
+    },
+)
+# Per team and pool over a window: GE-hours its pods held, and its quota (nominal GE × window hours).
+TEAM_ALLOCATED_HOURS = Contract(
+    "team_allocated_hours", {"team": "str", "pool": "str", "allocated_gpu_hours": "float"}
+)
+TEAM_QUOTA_HOURS = Contract("team_quota_hours", {"team": "str", "pool": "str", "nominal_gpu_hours": "float"})
+# Per team: dominant-resource fairness over pools (analytics.queues.fairness).
+FAIRNESS = Contract(
+    "fairness",
+    {
+        "team": "str",
+        "allocation_share": "float",
+        "quota_share": "float",
+        "fairness_ratio": "float",
+        "dominant_pool": "str",
+        "unquoted_gpu_hours": "float",
+    },
+)
+# Per pending GPU pod now: pool "" = the whole fleet; waiting_seconds = as_of − created_at.
+PENDING_WAITS = Contract(
+    "pending_waits",
+    {
+        "namespace": "str",
+        "pod": "str",
+        "team": "str",
+        "pool": "str",
+        "gpus": "float",
+        "waiting_seconds": "float",
+    },
+)
+# Per pod idle-allocated now (SPEC §3): the GE it holds and the start of its idle stretch.
+IDLE_PODS = Contract(
+    "idle_pods",
+    {"namespace": "str", "pod": "str", "team": "str", "pool": "str", "gpus": "float", "idle_since": "time"},
+)
+# Per pool now: pending demand beside idle-allocated GPUs (analytics.queues.blocked_vs_idle).
+BLOCKED_VS_IDLE = Contract(
+    "blocked_vs_idle",
+    {
+        "pool": "str",
+        "pending_pods": "int",
+        "pending_gpus": "float",
+        "pending_gpu_hours_waited": "float",
+        "idle_allocated_gpus": "float",
+        "idle_holders": "str",
+    },
+)
+# Idle pods worth reclaiming for pending demand (analytics.queues.reclaim_candidates).
+RECLAIM_CANDIDATES = Contract(
+    "reclaim_candidates",
+    {
+        **IDLE_PODS.columns,
+        "idle_seconds": "float",
+        "usd_per_hour": "float",
+        "idle_usd_so_far": "float",
+        "cluster_queue": "str",
+        "borrowing": "bool",
+    },
 )

@@ -34,6 +34,7 @@ class Family:
         return Family(self.name, self.help, self.labels, self.samples[inside])
 
 
+PENDING_POD_LABELS = ("namespace", "pod", "team", "pool")
 HELP = {
     "gpuwatch_pod_gpu_allocation": "GPU-equivalents the pod holds.",
     "gpuwatch_pod_gpu_idle": "GPU-equivalents of the pod that are idle-allocated (SPEC idle rule).",
@@ -67,6 +68,8 @@ HELP = {
     "gpuwatch_pool_energy_cost_usd_per_hour": "Energy cost rate of the pool's GPUs, held or not.",
     "gpuwatch_pending_pod_gpus": "GPU-equivalents a pending GPU pod requests.",
     "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
+    "gpuwatch_pending_pod_info": "Why the pending GPU pod waits, in words, and what it asks of a node (1).",
+    "gpuwatch_pool_tainted_nodes": "Nodes of the pool carrying the taint.",
     "gpuwatch_build_info": "gpuwatch build information.",
     "gpuwatch_source_up": "1 when the last read of the source succeeded.",
 }
@@ -333,7 +336,7 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         Family(
             "gpuwatch_pending_pod_gpus",
             HELP["gpuwatch_pending_pod_gpus"],
-            ("namespace", "pod", "team", "pool", "blocked_by"),
+            (*PENDING_POD_LABELS, "blocked_by"),
             pending.rename(columns={"gpus": "value"}),
         )
     )
@@ -341,8 +344,32 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
         Family(
             "gpuwatch_pending_pod_waiting_seconds",
             HELP["gpuwatch_pending_pod_waiting_seconds"],
-            ("namespace", "pod", "team", "pool"),
+            PENDING_POD_LABELS,
             pending.rename(columns={"waiting_seconds": "value"}),
+        )
+    )
+    families.append(
+        Family(
+            "gpuwatch_pending_pod_info",
+            HELP["gpuwatch_pending_pod_info"],
+            (
+                *PENDING_POD_LABELS,
+                "blocked_by",
+                "reason",
+                "scheduler_message",
+                "node_affinity",
+                "tolerations",
+            ),
+            pending.assign(value=1.0),
+        )
+    )
+    tainted = times.merge(analysis.tainted_nodes(), how="cross").rename(columns={"nodes": "value"})
+    families.append(
+        Family(
+            "gpuwatch_pool_tainted_nodes",
+            HELP["gpuwatch_pool_tainted_nodes"],
+            ("pool", "taint"),
+            tainted.astype({"value": "float64"}),
         )
     )
     if analysis.energy is not None:

@@ -18,6 +18,7 @@ from gpuwatch.model import TeamRules, Window
 from gpuwatch.sources.clustercache import ClusterCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
+from gpuwatch.sources.kueue import kueue_state as kueue_state
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
 from gpuwatch.sources.simulated.demo import (
     DEMO_BUDGETS,

@@ -43,7 +43,25 @@ def reports() -> dict[str, dict[str, Any]]:
 def test_the_demo_report_holds_every_state(reports: dict[str, dict[str, Any]], since: str) -> None:
     report = reports[since]
     blocked = {p["blocked_by"]: p for p in report["pending"]}
-    assert {"fragmentation", "capacity"} <= set(blocked)
+    # Every reason a GPU pod waits (SPEC §3), each in the user's words and, but for the gated pod, with the
+    # scheduler's own.
+    assert set(blocked) == {"affinity", "taint", "mig_profile", "quota", "fragmentation", "capacity"}
+    assert blocked["affinity"]["reason"] == (
+        "no GPU node matches its node selector or required affinity (nvidia.com/gpu.product In (NVIDIA-B200))"
+    )
+    assert blocked["taint"]["reason"].endswith("(dedicated=llm-training:NoSchedule)")
+    assert "node(s) had untolerated taint {dedicated: llm-training}" in blocked["taint"]["scheduler_message"]
+    assert blocked["mig_profile"]["reason"].endswith("(nvidia.com/mig-7g.80gb)")
+    assert (
+        blocked["quota"]["reason"]
+        == "Kueue has not admitted it in queue search-queue: its queue's quota is in use"
+    )
+    assert blocked["quota"]["scheduler_message"] == "Scheduling is blocked due to non-empty scheduling gates"
+    assert blocked["taint"]["tolerations"] == "nvidia.com/gpu:NoSchedule op=Exists"
+    h100 = next(p for p in report["pools"] if p["pool"] == "NVIDIA-H100-80GB-HBM3")
+    assert h100["taints"] == (
+        "dedicated=llm-training:NoSchedule (4 of 4 nodes), nvidia.com/gpu=present:NoSchedule (4 of 4 nodes)"
+    )
     holes = blocked["fragmentation"]
     pool = next(p for p in report["pools"] if p["pool"] == holes["pool"])
     # Fragmentation: the request is larger than any node's free block, not than the pool's free GPUs.
@@ -94,7 +112,29 @@ def test_the_pages_show_the_hot_gpu_and_the_fragmented_pool(demo_url: str) -> No
         page.wait_for_selector("#table-capacity-pending tbody tr", timeout=180_000)
         settle(page)
         pending = {r["pod"]: r for r in table_rows(page, "capacity-pending")}
+        assert {r["blocked_by"] for r in pending.values()} == {
+            "affinity",
+            "taint",
+            "mig_profile",
+            "quota",
+            "fragmentation",
+            "capacity",
+        }
         assert pending["finetune-vit-0"]["blocked_by"] == "fragmentation"
         assert pending["pretrain-70b-0"]["blocked_by"] == "capacity"
+        # What the pod asks of a node, why it waits in words, and what the scheduler said, all on screen.
+        sweep = pending["sweep-h100-0"]
+        assert sweep["asks"] == (
+            "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3 · tolerates nvidia.com/gpu:NoSchedule op=Exists"
+        )
+        assert sweep["why"].startswith(
+            "every GPU node it may use has a taint it does not tolerate (dedicated=llm-training:NoSchedule)\n"
+            "scheduler: 0/"
+        )
+        assert "node(s) had untolerated taint {dedicated: llm-training}" in sweep["why"]
+        pools = {r["pool"]: r for r in table_rows(page, "capacity-pools")}
+        assert pools["NVIDIA-H100-80GB-HBM3"]["taints"].startswith(
+            "dedicated=llm-training:NoSchedule (4 of 4 nodes)"
+        )
         screenshot(page, "demo-capacity-fragmentation")
         assert not errors, errors

@@ -180,16 +180,22 @@ def test_field_selector_on_phase(fleet: SimulatedFleet, core: client.CoreV1Api) 
     assert keys(pending) == fleet_pod_keys(fleet, lambda p: p.phase == "Pending")
     for pod in pending:
         (scheduled,) = pod.status.conditions
+        gated = bool(pod.spec.scheduling_gates)  # Kueue's admission gate: the scheduler has not tried yet
         assert (scheduled.type, scheduled.status, scheduled.reason) == (
             "PodScheduled",
             "False",
-            "Unschedulable",
+            "SchedulingGated" if gated else "Unschedulable",
         )
         assert pod.spec.node_name is None
         assert pod.status.start_time is None
-        assert pod.spec.node_selector["nvidia.com/gpu.product"] in {
-            p.node_selector_product for p in fleet.api_pods() if p.phase == "Pending"
-        }
+        selected = (pod.spec.node_selector or {}).get("nvidia.com/gpu.product")
+        if selected is None:  # pinned by required node affinity instead
+            (term,) = (
+                pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+            )
+            selected = term.match_expressions[0].values[0]
+        assert selected in {p.node_selector_product for p in fleet.api_pods() if p.phase == "Pending"}
+    assert sum(bool(p.spec.scheduling_gates) for p in pending) == 1
 
 
 def test_field_selector_on_node_name_and_conjunctions(fleet: SimulatedFleet, core: client.CoreV1Api) -> None:
@@ -404,8 +410,11 @@ def test_gpu_resources_and_gfd_labels_round_trip(fleet: SimulatedFleet, core: cl
 
     cordoned = nodes["gpu-h100-003"]
     assert cordoned.spec.unschedulable is True
-    assert [(t.key, t.effect) for t in cordoned.spec.taints] == [
-        ("node.kubernetes.io/unschedulable", "NoSchedule")
+    # Every GPU node's taint, the H100s' reservation, and the cordon the node controller adds.
+    assert [(t.key, t.value, t.effect) for t in cordoned.spec.taints] == [
+        ("nvidia.com/gpu", "present", "NoSchedule"),
+        ("dedicated", "llm-training", "NoSchedule"),
+        ("node.kubernetes.io/unschedulable", None, "NoSchedule"),
     ]
     assert nodes["gpu-h100-000"].spec.unschedulable is None
 

@@ -54,7 +54,33 @@ def test_cluster_state_matches_the_fleet(fleet: SimulatedFleet, api: tuple[KubeA
         assert gpu_pods[key].started_at == pod.started_at
         assert gpu_pods[key].phase == pod.phase
     pending = [p for p in state.gpu_pods() if p.phase == "Pending"]
-    assert {p.node_selector_product for p in pending} == {"NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"}
+    assert {p.node_selector_product for p in pending} == {
+        "NVIDIA-H100-80GB-HBM3",
+        "NVIDIA-L4",
+        "NVIDIA-A100-SXM4-80GB",
+        "NVIDIA-B200",
+    }
+    # What keeps each pending pod waiting reads back as the fleet has it; the API server's default
+    # not-ready/unreachable tolerations come on top, and the scheduler's words from its condition.
+    for pod in pending:
+        want, got = expected_pods[pod.key].placement, pod.placement
+        assert want is not None and got is not None
+        assert (got.node_selector, got.node_affinity, got.scheduling_gates, got.scheduler_message) == (
+            want.node_selector,
+            want.node_affinity,
+            want.scheduling_gates,
+            want.scheduler_message,
+        )
+        assert got.tolerations[: len(want.tolerations)] == want.tolerations
+        assert {t.key for t in got.tolerations[len(want.tolerations) :]} == {
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        }
+    assert all(p.placement is None for p in state.gpu_pods() if p.phase == "Running")
+    for node in fleet.nodes:
+        parsed = next(n for n in state.nodes if n.name == node.name)
+        lifecycle = tuple(t for t in parsed.taints if t.key.startswith("node.kubernetes.io/"))
+        assert parsed.taints == node.taints + lifecycle
     assert state.exporter_pod_nodes == {t.pod: t.node for t in fleet.targets}
     assert state.exporter_ip_nodes == {t.ip: t.node for t in fleet.targets}
     assert {n.name for n in state.namespaces} == {n.name for n in fleet.namespaces}

@@ -88,6 +88,10 @@ def test_report_per_team_equals_ground_truth(
         ("pretrain-70b-0", "capacity"),
         ("reindex-embed-0", "capacity"),
         ("finetune-vit-0", "fragmentation"),
+        ("eval-b200-0", "affinity"),
+        ("sweep-h100-0", "taint"),
+        ("mig-7g-eval-0", "mig_profile"),
+        ("rerank-batch-0", "quota"),
     }
 
 

@@ -100,7 +100,9 @@ def test_every_page_loads_without_errors(demo: Demo, page: tuple[Page, list[str]
     assert p.inner_text("#kpi-waste") == usd(fleet["waste_usd"])
     assert p.inner_text("#kpi-cost") == usd(fleet["cost_usd"])
     assert p.inner_text("#kpi-efficiency") == pct(fleet["efficiency"])
-    assert p.inner_text("#kpi-pending") == "3"  # two waiting for capacity, one for holes
+    assert (
+        p.inner_text("#kpi-pending") == "7"
+    )  # two waiting for capacity, one for holes, one per other reason
     assert p.inner_text("#kpi-nodes-bad") == "1 / 1"
     # The ledger's six states are drawn in their colours, the waterfall ends on active spend.
     assert p.locator("#overview-ledger-chart .scatterlayer .trace").count() == 6
@@ -259,7 +261,11 @@ def test_a_shared_link_restores_its_filters(demo: Demo, page: tuple[Page, list[s
     assert "NVIDIA-L4" in p.inner_text("#filter-pool")
     assert [r["pool"] for r in table_rows(p, "capacity-pools")] == ["NVIDIA-L4"]
     pending = table_rows(p, "capacity-pending")
-    assert [(r["pod"], r["blocked_by"]) for r in pending] == [("reindex-embed-0", "capacity")]
+    # Longest waiting first: the pod Kueue holds back (4 h), then the one no L4 node has room for (1.5 h).
+    assert [(r["pod"], r["blocked_by"]) for r in pending] == [
+        ("rerank-batch-0", "quota"),
+        ("reindex-embed-0", "capacity"),
+    ]
     screenshot(p, "ui-capacity-l4-custom-window")
     no_dash_errors(p, errors)
 

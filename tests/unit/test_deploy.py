@@ -12,6 +12,7 @@ from kubernetes.client import ApiClient
 
 from gpuwatch.cli import _parser
 from gpuwatch.config import load_settings
+from gpuwatch.sources.kueue import KUEUE_GROUP, KUEUE_RBAC, KUEUE_RESOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -28,6 +29,8 @@ MODELS = {
 }
 READ_VERBS = {"get", "list", "watch"}
 READ_RESOURCES = {"pods", "nodes", "namespaces", "resourcequotas"}
+# Kueue's objects gpuwatch reads (sources/kueue.py), in their API group.
+KUEUE_READ = {"clusterqueues", "localqueues", "workloads", "resourceflavors", "cohorts"}
 
 
 def manifests() -> list[tuple[str, dict[str, Any]]]:
@@ -92,18 +95,29 @@ def test_the_kustomization_lists_every_manifest() -> None:
 # -- read-only RBAC ----------------------------------------------------------------------------
 
 
-def test_the_cluster_role_grants_only_get_list_watch_on_the_four_core_resources() -> None:
+def test_the_cluster_role_grants_only_get_list_watch_on_the_core_resources_and_kueues() -> None:
     roles = objects("ClusterRole")
     assert len(roles) == 1 and not objects("Role"), "one ClusterRole and nothing else grants permissions"
     rules = roles[0]["rules"]
     granted = set()
     for rule in rules:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames / nonResourceURLs"
-        assert rule["apiGroups"] == [""], "core API group only"
+        assert rule["apiGroups"] in ([""], ["kueue.x-k8s.io"]), "the core API group and Kueue's only"
         assert set(rule["verbs"]) == READ_VERBS
         assert "*" not in rule["resources"]
-        granted |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {(r, v) for r in READ_RESOURCES for v in READ_VERBS}
+        granted |= {(rule["apiGroups"][0], r, v) for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {("", r, v) for r in READ_RESOURCES for v in READ_VERBS} | {
+        ("kueue.x-k8s.io", r, v) for r in KUEUE_READ for v in READ_VERBS
+    }
+
+
+def test_the_kueue_rule_is_what_the_kueue_source_reads_and_names_in_a_403() -> None:
+    assert KUEUE_GROUP == "kueue.x-k8s.io"
+    assert set(KUEUE_RESOURCES) == KUEUE_READ
+    assert KUEUE_RBAC == (
+        "get/list/watch on clusterqueues, localqueues, workloads, resourceflavors and cohorts in API group "
+        '"kueue.x-k8s.io"'
+    )
 
 
 def test_the_binding_gives_that_role_to_the_service_account_both_deployments_run_as() -> None:

@@ -81,10 +81,30 @@ def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySource
         "allocated_active",
     }
     pending = families["gpuwatch_pending_pod_gpus"].samples
-    assert {(s.labels["pod"], s.labels["blocked_by"] in ("fragmentation", "capacity")) for s in pending} == {
-        ("pretrain-70b-0", True),
-        ("reindex-embed-0", True),
+    assert {s.labels["pod"]: s.labels["blocked_by"] for s in pending} == {
+        "pretrain-70b-0": "capacity",
+        "reindex-embed-0": "capacity",
+        "eval-b200-0": "affinity",
+        "sweep-h100-0": "taint",
+        "mig-7g-eval-0": "mig_profile",
+        "rerank-batch-0": "quota",
     }
+    info = {s.labels["pod"]: s.labels for s in families["gpuwatch_pending_pod_info"].samples}
+    assert info["sweep-h100-0"]["reason"] == (
+        "every GPU node it may use has a taint it does not tolerate (dedicated=llm-training:NoSchedule)"
+    )
+    assert info["sweep-h100-0"]["tolerations"] == "nvidia.com/gpu:NoSchedule op=Exists"
+    assert (
+        info["rerank-batch-0"]["scheduler_message"]
+        == "Scheduling is blocked due to non-empty scheduling gates"
+    )
+    tainted = {
+        (s.labels["pool"], s.labels["taint"]): s.value
+        for s in families["gpuwatch_pool_tainted_nodes"].samples
+    }
+    assert (
+        tainted[("NVIDIA-H100-80GB-HBM3", "dedicated=llm-training:NoSchedule")] == 1.0
+    )  # the fixture's one node
     up = {s.labels["source"]: s.value for s in families["gpuwatch_source_up"].samples}
     assert up == {"prometheus": 1.0, "kubernetes": 1.0}
     assert families["gpuwatch_build_info"].samples[0].value == 1.0

@@ -11,6 +11,8 @@ from gpuwatch.analytics.fragmentation import (
     largest_free_block,
     request_mix,
 )
+from gpuwatch.analytics.placement import screen_pending
+from gpuwatch.model import GPU_PRODUCT_LABEL, RESOURCE_GPU, Node, Pod
 from gpuwatch.schema import GPU_REQUESTS, PENDING_PODS, REQUEST_MIX, SCHEDULABLE_FREE
 
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")
@@ -121,18 +123,45 @@ def test_largest_free_block_at_the_last_sample() -> None:
     assert_frame_equal(largest_free_block(frame), expected)
 
 
-def test_diagnose_pending_fragmentation_vs_capacity() -> None:
-    # Last sample: pool A nodes free 1 and 3 (total 4, largest 3); pool B one node free 3.
-    # Fleet: total 7, largest 3. The earlier sample (8 free on a-n1) must not count.
-    last = free([(0, "a-n1", A, 8), (1, "a-n1", A, 1), (1, "a-n2", A, 3), (1, "b-n1", B, 3)])
+def gpu_node(name: str, product: str, gpus: int = 8) -> Node:
+    return Node(
+        name=name,
+        product=product,
+        gpu_count=gpus,
+        capacity={RESOURCE_GPU: float(gpus)},
+        allocatable={RESOURCE_GPU: float(gpus)},
+        labels={GPU_PRODUCT_LABEL: product},
+    )
+
+
+def test_diagnose_pending_fragmentation_vs_capacity_over_the_nodes_a_pod_may_use() -> None:
+    # Last sample: pool A nodes free 1 and 3 (total 4, largest 3); pool B one node free 3; pool C's one
+    # node has nothing free. Fleet: total 7, largest 3. The earlier sample (8 free on a-n1) must not count.
+    last = free(
+        [(0, "a-n1", A, 8), (1, "a-n1", A, 1), (1, "a-n2", A, 3), (1, "b-n1", B, 3), (1, "c-n1", C, 0)]
+    )
+    nodes = [gpu_node("a-n1", A), gpu_node("a-n2", A), gpu_node("b-n1", B), gpu_node("c-n1", C)]
     rows = [
         ("frag", A, 4.0, 10),  # 4 ≥ 4 in total, no node has 4 -> fragmentation
         ("big", A, 8.0, 20),  # 4 < 8 -> capacity
         ("fits", A, 2.0, 30),  # a node has 3 ≥ 2: not fragmentation -> capacity (waits on something else)
         ("fleet-frag", "", 5.0, 40),  # fleet total 7 ≥ 5, largest 3 -> fragmentation
         ("fleet-big", "", 8.0, 50),  # 7 < 8 -> capacity
-        ("no-nodes", C, 1.0, 60),  # pool without schedulable nodes -> capacity
-        ("lowercase", "nvidia a100 sxm4 80gb", 4.0, 70),  # selector value normalized like pools
+        ("no-free", C, 1.0, 60),  # its pool has no free GPU -> capacity
+        # A selector is a label match: no node is labelled the lower-case spelling -> affinity.
+        ("lowercase", "nvidia a100 sxm4 80gb", 4.0, 70),
+    ]
+    pods = [
+        Pod(
+            namespace="ml",
+            name=name,
+            uid=name,
+            phase="Pending",
+            created_at=T0.to_pydatetime(),
+            gpu_requests={RESOURCE_GPU: gpus},
+            node_selector_product=pool or None,
+        )
+        for name, pool, gpus, _ in rows
     ]
     pending = PENDING_PODS.check(
         pd.DataFrame(
@@ -146,25 +175,33 @@ def test_diagnose_pending_fragmentation_vs_capacity() -> None:
             }
         )
     )
+    screens, placeable = screen_pending(pods, nodes)
     as_of = (T0 + pd.Timedelta(minutes=1)).to_pydatetime()
-    result = diagnose_pending(pending, last, as_of=as_of)
+    result = diagnose_pending(pending, last, as_of=as_of, screens=screens, placeable=placeable)
+    selector = f"{GPU_PRODUCT_LABEL}=nvidia a100 sxm4 80gb"
     expected = pending.assign(
         pool=pd.Series([A, A, A, "", "", C, A], dtype="str"),
-        pool_free_ge=[4.0, 4.0, 4.0, 7.0, 7.0, 0.0, 4.0],
-        largest_free_block_ge=[3.0, 3.0, 3.0, 3.0, 3.0, 0.0, 3.0],
+        pool_free_ge=[4.0, 4.0, 4.0, 7.0, 7.0, 0.0, 0.0],
+        largest_free_block_ge=[3.0, 3.0, 3.0, 3.0, 3.0, 0.0, 0.0],
         waiting_seconds=[70.0, 80.0, 90.0, 100.0, 110.0, 120.0, 130.0],  # as_of − created_at
         blocked_by=pd.Series(
-            [
-                "fragmentation",
-                "capacity",
-                "capacity",
-                "fragmentation",
-                "capacity",
-                "capacity",
-                "fragmentation",
-            ],
+            ["fragmentation", "capacity", "capacity", "fragmentation", "capacity", "capacity", "affinity"],
             dtype="str",
         ),
+        node_affinity=pd.Series(
+            [f"{GPU_PRODUCT_LABEL}={A}"] * 3 + ["", "", f"{GPU_PRODUCT_LABEL}={C}", selector], dtype="str"
+        ),
+        tolerations=pd.Series([""] * len(rows), dtype="str"),
+        scheduler_message=pd.Series([""] * len(rows), dtype="str"),
+        reason=[
+            "4 GPUs are free on the nodes it may use, but at most 3 on one node; it needs 4 GPUs",
+            "it needs 8 GPUs; 4 GPUs are free on the 2 nodes it may use",
+            "it needs 2 GPUs and a node it may use has 3 free now: the scheduler has not placed it yet",
+            "7 GPUs are free on the nodes it may use, but at most 3 on one node; it needs 5 GPUs",
+            "it needs 8 GPUs; 7 GPUs are free on the 4 nodes it may use",
+            "it needs 1 GPU; no GPU is free on the 1 node it may use",
+            f"no GPU node matches its node selector or required affinity ({selector})",
+        ],
     )
     expected = expected.iloc[::-1].reset_index(drop=True)  # longest wait first
-    assert_frame_equal(result, expected)
+    assert_frame_equal(result[expected.columns], expected)

@@ -327,7 +327,9 @@ def test_summary_of_the_demo_fleet_matches_its_truth() -> None:
     assert s["capacity_gpu_hours"] == 80 * 12.0
     assert s["mean_allocation_rate"] == round(s["allocated_gpu_hours"] / 960.0, 6)
     assert (s["gpus"], s["nodes"], s["pods_skipped_cpu_only"], s["pods_outside_window"]) == (80, 12, 0, 0)
-    assert s["pods_pending"] == 3  # the demo's pending pods: two for capacity, one for fragmentation
+    # The demo's pending pods: two for capacity, one each for fragmentation, affinity, taint, MIG profile
+    # and quota.
+    assert s["pods_pending"] == 7
 
 
 # ---------------------------------------------------------------------------------------------

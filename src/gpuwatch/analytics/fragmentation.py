@@ -7,7 +7,14 @@ import numpy as np
 import pandas as pd
 
 from gpuwatch.model import normalize_product, utc
-from gpuwatch.schema import GPU_REQUESTS, PENDING_PODS, REQUEST_MIX, SCHEDULABLE_FREE
+from gpuwatch.schema import (
+    GPU_REQUESTS,
+    PENDING_PODS,
+    PENDING_SCREENS,
+    PLACEABLE_NODES,
+    REQUEST_MIX,
+    SCHEDULABLE_FREE,
+)
 
 FLEET_POOL = ""  # the pool of a pod without a product selector, and the key of the fleet-wide mix
 # Free GE is a sum of float shares: within this of k counts as k (1 − 1e-16 free GPUs fit a 1-GPU pod).
@@ -125,39 +132,103 @@ def largest_free_block(free: pd.DataFrame) -> pd.DataFrame:
 
 
 def diagnose_pending(
-    pending: pd.DataFrame, free_at_last_sample: pd.DataFrame, *, as_of: datetime
+    pending: pd.DataFrame,
+    free_at_last_sample: pd.DataFrame,
+    *,
+    as_of: datetime,
+    screens: pd.DataFrame,
+    placeable: pd.DataFrame,
 ) -> pd.DataFrame:
-    """Why each pending GPU pod waits: blocked_by "fragmentation" or "capacity" (SPEC §3).
+    """Why each pending GPU pod waits (SPEC §3): the first of affinity, taint, mig_profile, quota
+    (analytics.placement.screen_pending decides those), then fragmentation or capacity.
 
     pending: PENDING_PODS (namespace, pod, team, pool — "" for the whole fleet —, gpus = k requested
     GE, created_at). free_at_last_sample: SCHEDULABLE_FREE; only its rows at the last timestamp count.
-    as_of: the window's end (the report's "now"); no clock is read here.
-    Fragmentation when the pod's pool (the fleet for "") has ≥ k free GE in total on schedulable
-    nodes but no single node has k; capacity otherwise. Returns the pending columns plus
-    pool_free_ge, largest_free_block_ge, waiting_seconds (as_of − created_at) and blocked_by, sorted
+    screens, placeable: PENDING_SCREENS and PLACEABLE_NODES of the same pods. as_of: the window's end
+    (the report's "now"); no clock is read here.
+    Fragmentation when the nodes the pod may use have ≥ k free GE in total on schedulable nodes but no
+    single node has k; capacity otherwise. Returns the pending columns plus pool_free_ge and
+    largest_free_block_ge (over the nodes it may use), waiting_seconds (as_of − created_at),
+    blocked_by, reason (in the user's words), node_affinity, tolerations and scheduler_message, sorted
     by waiting_seconds descending.
     """
     PENDING_PODS.check(pending)
     SCHEDULABLE_FREE.check(free_at_last_sample)
+    PENDING_SCREENS.check(screens)
+    PLACEABLE_NODES.check(placeable)
     last = last_sample(free_at_last_sample)
-    per_pool = last.groupby("pool")["schedulable_free_ge"].agg(["sum", "max"])
-    fleet = last["schedulable_free_ge"].agg(["sum", "max"])
-    per_pool.loc[FLEET_POOL] = fleet.fillna(0.0).to_numpy()
-    pool = pending["pool"].map(lambda p: normalize_product(p) if p else FLEET_POOL).astype("str")
-    stats = per_pool.reindex(pool.to_numpy()).fillna(0.0)
+    free = placeable.merge(last[["node", "schedulable_free_ge"]], on="node", how="left")
+    per_group = free.groupby("group")["schedulable_free_ge"].agg(["sum", "max", "size"])
+    screened = pending.merge(screens, on=["namespace", "pod"], how="left", validate="one_to_one")
+    stats = per_group.reindex(screened["group"].to_numpy()).fillna(0.0)
     total = stats["sum"].to_numpy(dtype=np.float64)
     largest = stats["max"].to_numpy(dtype=np.float64)
-    k = pending["gpus"].to_numpy(dtype=np.float64)
+    k = screened["gpus"].to_numpy(dtype=np.float64)
     fragmented = (total >= k - EPSILON_GE) & (largest < k - EPSILON_GE)
-    waited = (pd.Timestamp(utc(as_of)) - pending["created_at"]).dt.total_seconds()
-    out = pending.assign(
-        pool=pool,
+    decided = screened["blocked_by"].fillna("").to_numpy(dtype=object)
+    blocked_by = np.where(decided != "", decided, np.where(fragmented, "fragmentation", "capacity"))
+    waited = (pd.Timestamp(utc(as_of)) - screened["created_at"]).dt.total_seconds()
+    out = screened.assign(
+        pool=screened["pool"].map(lambda p: normalize_product(p) if p else FLEET_POOL).astype("str"),
         pool_free_ge=total,
         largest_free_block_ge=largest,
         waiting_seconds=waited.astype("float64"),
-        blocked_by=np.where(fragmented, "fragmentation", "capacity"),
+        blocked_by=pd.Series(blocked_by, index=screened.index, dtype="str"),
     )
-    out["blocked_by"] = out["blocked_by"].astype("str")
+    out["reason"] = [
+        pending_reason(b, d, gpus=g, free_ge=f, largest_ge=m, nodes=int(n))
+        for b, d, g, f, m, n in zip(
+            out["blocked_by"],
+            out["detail"].fillna(""),
+            k,
+            total,
+            largest,
+            stats["size"].to_numpy(),
+            strict=True,
+        )
+    ]
+    for column in ("node_affinity", "tolerations", "scheduler_message"):
+        out[column] = out[column].fillna("").astype("str")
+    out = out.drop(columns=["group", "detail"])
     return out.sort_values(
         ["waiting_seconds", "namespace", "pod"], ascending=[False, True, True], ignore_index=True
     )
+
+
+def pending_reason(
+    blocked_by: str, detail: str, *, gpus: float, free_ge: float, largest_ge: float, nodes: int
+) -> str:
+    """Why a pending pod waits, in the user's words."""
+    if blocked_by == "affinity":
+        return f"no GPU node matches its node selector or required affinity ({detail})"
+    if blocked_by == "taint":
+        return f"every GPU node it may use has a taint it does not tolerate ({detail})"
+    if blocked_by == "mig_profile":
+        return f"no GPU node it may use offers the MIG profile it requests ({detail})"
+    if blocked_by == "quota":
+        queue = f" in queue {detail}" if detail else ""
+        return f"Kueue has not admitted it{queue}: its queue's quota is in use"
+    if blocked_by == "fragmentation":
+        return (
+            f"{_are_free(free_ge)} on the nodes it may use, but at most {largest_ge:g} on one node; "
+            f"it needs {_gpus(gpus)}"
+        )
+    if detail:
+        return f"{detail}; it needs {_gpus(gpus)}"
+    if nodes and largest_ge >= gpus - EPSILON_GE:
+        return (
+            f"it needs {_gpus(gpus)} and a node it may use has {largest_ge:g} free now: "
+            "the scheduler has not placed it yet"
+        )
+    where = f"the {nodes} node{'s' if nodes != 1 else ''} it may use"
+    return f"it needs {_gpus(gpus)}; {_are_free(free_ge)} on {where}"
+
+
+def _gpus(n: float) -> str:
+    return f"{n:g} GPU" if n <= 1 else f"{n:g} GPUs"
+
+
+def _are_free(n: float) -> str:
+    if n <= 0:
+        return "no GPU is free"
+    return f"{_gpus(n)} {'is' if n == 1 else 'are'} free"

@@ -14,11 +14,16 @@ from kubernetes.config.config_exception import ConfigException
 
 from gpuwatch.errors import ConfigError, DataError, KubernetesError
 from gpuwatch.model import (
+    GPU_PRODUCT_LABEL,
     RESOURCE_GPU,
     Namespace,
     Node,
+    NodeRequirement,
+    Placement,
     Pod,
     ResourceQuota,
+    Taint,
+    Toleration,
     is_gpu_resource,
     normalize_product,
     utc,
@@ -26,7 +31,6 @@ from gpuwatch.model import (
 from gpuwatch.units import BYTES_PER_MIB, parse_quantity
 
 JsonObject = dict[str, Any]
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Containers that identify a dcgm-exporter pod (GPU Operator and the standalone Helm chart).
 EXPORTER_CONTAINERS = frozenset({"nvidia-dcgm-exporter", "dcgm-exporter"})
 # The core/v1 collections read, by kind: requested through the client's ApiClient rather than CoreV1Api,
@@ -96,7 +100,7 @@ class KubernetesSource:
         api = self._client()
         request = api.param_serialize(
             method="GET",
-            resource_path=_COLLECTIONS[kind],
+            resource_path=_COLLECTIONS.get(kind, kind),  # a kind, or a custom resource's path
             query_params=[(k, v) for k, v in query.items() if v not in (None, "")],
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
@@ -116,6 +120,31 @@ class KubernetesSource:
         """
         items, _version, restarts = self.list_versioned(kind, field_selector=field_selector)
         return items, restarts
+
+    def list_custom(
+        self, group: str, version: str, plural: str, *, needs: str = ""
+    ) -> tuple[list[JsonObject], int] | None:
+        """All objects of the custom resource collection /apis/<group>/<version>/<plural>, listed as
+        list_raw() lists a core kind (pages, 410 restarts, timeouts), and the restarts it took. None when
+        the server does not serve it (404: the group, version or CRD is not installed). A 403 is one line
+        naming the RBAC gpuwatch `needs` (default: get/list/watch on <plural> in the API group)."""
+        try:
+            return self.list_raw(f"/apis/{group}/{version}/{plural}")
+        except KubernetesError as e:
+            cause = e.__cause__
+            if isinstance(cause, ApiException) and cause.status == 404:
+                return None
+            if isinstance(cause, ApiException) and cause.status == 403:
+                try:
+                    detail = _one_line(json.loads(cause.body or "{}").get("message", ""))
+                except (ValueError, AttributeError):
+                    detail = ""
+                wanted = needs or f'get/list/watch on {plural} in API group "{group}"'
+                raise KubernetesError(
+                    f"kubernetes: forbidden (403): {detail or f'cannot list {plural}.{group}'}; "
+                    f"gpuwatch needs {wanted}"
+                ) from cause
+            raise
 
     def list_versioned(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], str, int]:
         """list_raw(), and the resourceVersion the list was read at (where a watch of it starts)."""
@@ -424,6 +453,11 @@ def parse_node(obj: JsonObject, problems: _Problems) -> Node | None:
         ready=conditions.get("Ready") == "True",
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         labels=labels,
+        taints=tuple(
+            Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""), effect=str(t.get("effect", "")))
+            for t in (obj.get("spec") or {}).get("taints") or []
+            if isinstance(t, dict) and t.get("key")
+        ),
     )
 
 
@@ -479,6 +513,52 @@ def parse_pod(obj: JsonObject, problems: _Problems) -> Pod | None:
         gpu_requests=requests,
         node_selector_product=_selected_product(spec),
         container=containers[0].get("name", ""),
+        placement=_placement(spec, status) if status.get("phase") == "Pending" else None,
+    )
+
+
+def _placement(spec: JsonObject, status: JsonObject) -> Placement:
+    """A pending pod's node selector, required node affinity, tolerations and scheduling gates, and the
+    scheduler's message when its PodScheduled condition is False."""
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = tuple(
+        tuple(_requirement(e, on_field=False) for e in term.get("matchExpressions") or [])
+        + tuple(_requirement(e, on_field=True) for e in term.get("matchFields") or [])
+        for term in required.get("nodeSelectorTerms") or []
+    )
+    message = next(
+        (
+            _one_line(str(c.get("message") or ""))
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled" and c.get("status") == "False"
+        ),
+        "",
+    )
+    return Placement(
+        node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+        node_affinity=terms,
+        tolerations=tuple(
+            Toleration(
+                key=str(t.get("key") or ""),
+                operator=str(t.get("operator") or "Equal"),
+                value=str(t.get("value") or ""),
+                effect=str(t.get("effect") or ""),
+            )
+            for t in spec.get("tolerations") or []
+        ),
+        scheduling_gates=tuple(str(g.get("name", "")) for g in spec.get("schedulingGates") or []),
+        scheduler_message=message,
+    )
+
+
+def _requirement(expression: JsonObject, *, on_field: bool) -> NodeRequirement:
+    return NodeRequirement(
+        key=str(expression.get("key", "")),
+        operator=str(expression.get("operator", "")),
+        values=tuple(str(v) for v in expression.get("values") or []),
+        on_field=on_field,
     )
 
 

@@ -710,6 +710,8 @@ class HistorySums:
     largest_free_block_now: pd.DataFrame  # pool: GE
     pending_now: pd.DataFrame  # namespace, pod, team, pool, blocked_by: GE requested
     pending_waiting_now: pd.DataFrame  # namespace, pod, team, pool: seconds waited
+    pending_info_now: pd.DataFrame  # namespace, pod, team, pool and PENDING_INFO_LABELS
+    tainted_nodes_now: pd.DataFrame  # pool, taint: nodes carrying it
 
 
 def window_pieces(window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS) -> pd.DataFrame:
@@ -1138,6 +1140,10 @@ def history_sums(
             largest_free_block_now=now(promql.largest_free_block_latest_query(), ("pool",)),
             pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
             pending_waiting_now=now(promql.pending_pod_waiting_latest_query(), promql.PENDING_LABELS),
+            pending_info_now=now(
+                promql.pending_pod_info_latest_query(), (*promql.PENDING_LABELS, *promql.PENDING_INFO_LABELS)
+            ),
+            tainted_nodes_now=now(promql.pool_tainted_nodes_latest_query(), ("pool", "taint")),
         )
     frames = {k: v.result() for k, v in reads.items()}
     frames |= families.result() if families is not None else dict.fromkeys(POD_FAMILIES, empty_pods)

@@ -174,6 +174,8 @@ def dcgm_alias_query(
 POD_ALLOCATION_LABELS = ("namespace", "pod", "team", "node", "pool")
 _POD_LABELS = POD_ALLOCATION_LABELS
 PENDING_LABELS = ("namespace", "pod", "team", "pool")
+# Why a pending pod waits, in words, and what it asks of a node (gpuwatch_pending_pod_info's labels).
+PENDING_INFO_LABELS = ("reason", "scheduler_message", "node_affinity", "tolerations")
 
 # Every gpuwatch_* family and its own labels (docs/metrics.md). Copies of a series from several
 # publishers (two exporter replicas, a second scrape job, Prometheus HA replicas behind one query
@@ -213,6 +215,8 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_team_idle_budget_usd_per_hour": ("team",),
     "gpuwatch_pending_pod_gpus": (*PENDING_LABELS, "blocked_by"),
     "gpuwatch_pending_pod_waiting_seconds": PENDING_LABELS,
+    "gpuwatch_pending_pod_info": (*PENDING_LABELS, "blocked_by", *PENDING_INFO_LABELS),
+    "gpuwatch_pool_tainted_nodes": ("pool", "taint"),
     "gpuwatch_build_info": (),  # version left out: a cycle is a cycle whichever version ran it
 }
 
@@ -882,3 +886,21 @@ def pending_pod_waiting_latest_query() -> str:
     max by (namespace, pod, team, pool) (gpuwatch_pending_pod_waiting_seconds)
     """
     return f"max by ({', '.join(PENDING_LABELS)}) ({selector('gpuwatch_pending_pod_waiting_seconds')})"
+
+
+def pending_pod_info_latest_query() -> str:
+    """Why each pending GPU pod waits, in words, and what it asks of a node (instant query).
+
+    max by (namespace, pod, team, pool, reason, scheduler_message, node_affinity, tolerations)
+      (gpuwatch_pending_pod_info)
+    """
+    labels = ", ".join((*PENDING_LABELS, *PENDING_INFO_LABELS))
+    return f"max by ({labels}) ({selector('gpuwatch_pending_pod_info')})"
+
+
+def pool_tainted_nodes_latest_query() -> str:
+    """How many of each pool's nodes carry each taint now (instant query).
+
+    max by (pool, taint) (gpuwatch_pool_tainted_nodes)
+    """
+    return f"max by (pool, taint) ({selector('gpuwatch_pool_tainted_nodes')})"

@@ -11,6 +11,9 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from gpuwatch.model import (
+    GPU_PRODUCT_LABEL,
+    KUEUE_ADMISSION_GATE,
+    KUEUE_QUEUE_LABEL,
     MIG_SLICES_PER_GPU,
     RESOURCE_GPU,
     RESOURCE_GPU_SHARED,
@@ -23,10 +26,14 @@ from gpuwatch.model import (
     Gpu,
     Namespace,
     Node,
+    NodeRequirement,
+    Placement,
     Pod,
     Price,
     PriceBook,
+    Taint,
     TeamRules,
+    Toleration,
     Window,
     mig_profile_slices,
     normalize_product,
@@ -44,6 +51,7 @@ from gpuwatch.sources.simulated.fleet import (
     _uid,
     gpu_uuid,
 )
+from gpuwatch.sources.simulated.kubeobjects import scheduler_message
 from gpuwatch.sources.simulated.scheduler import PoolSpec, Stream, _generate_requests, _schedule
 from gpuwatch.units import BYTES_PER_MIB
 
@@ -108,8 +116,22 @@ def demo_price_book(
     )
 
 
+# Every GPU node carries the taint GKE and the GPU Operator's users put on GPU nodes; the H100 nodes are also
+# reserved for large training jobs, and pods must tolerate that to run there.
+GPU_PRESENT_TAINT = Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")
+H100_TAINT = Taint(key="dedicated", value="llm-training", effect="NoSchedule")
+TOLERATE_GPU = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+TOLERATE_H100 = Toleration(key="dedicated", value="llm-training", effect="NoSchedule")
+
 DEMO_POOLS: tuple[PoolSpec, ...] = (
-    PoolSpec(product="NVIDIA-H100-80GB-HBM3", nodes=4, gpus_per_node=8, memory_mib=81559, name_prefix="h100"),
+    PoolSpec(
+        product="NVIDIA-H100-80GB-HBM3",
+        nodes=4,
+        gpus_per_node=8,
+        memory_mib=81559,
+        name_prefix="h100",
+        taints=(H100_TAINT,),
+    ),
     PoolSpec(
         product="NVIDIA-A100-SXM4-80GB",
         nodes=2,
@@ -466,6 +488,7 @@ def _build_nodes(seed: int, pools: Sequence[PoolSpec]) -> tuple[list[Node], list
                     replicas=spec.replicas,
                     mig_strategy="mixed" if spec.mig_layout else "single",
                     labels=labels,
+                    taints=(GPU_PRESENT_TAINT, *spec.taints),
                 )
             )
             for i in range(spec.gpus_per_node):
@@ -523,36 +546,76 @@ def _inject_node_faults(nodes: list[Node], window: Window) -> list[Node]:
 
 
 def _pending_demo_pods(window: Window, nodes: Sequence[Node], allocations: Sequence[Allocation]) -> list[Pod]:
-    """Pods pending at `now`: an 8-GPU H100 job and a 4-GPU L4 job that no pool has room for
-    (capacity), and a job that the pool's free GPUs would fit in total but no single node
-    (fragmentation, SPEC §3): one GPU more than the largest free block of the first whole-GPU pool
-    whose free GPUs are spread over several schedulable nodes at the last sample."""
-    specs = [
-        ("llm-research", "pretrain-70b-0", "NVIDIA-H100-80GB-HBM3", 8, 5.0),
-        ("search", "reindex-embed-0", "NVIDIA-L4", 4, 1.5),
+    """Pods pending at `now`, one for each reason a GPU pod waits (SPEC §3): an 8-GPU H100 job and a
+    4-GPU L4 job no pool has room for (capacity); a job the pool's free GPUs would fit in total but no
+    single node (fragmentation): one GPU more than the largest free block of the first whole-GPU pool
+    whose free GPUs are spread over several schedulable nodes at the last sample; a job pinned to a
+    product the fleet lacks (affinity); one that does not tolerate the H100 nodes' reservation (taint);
+    one asking for a MIG profile no node offers (mig_profile); one Kueue has not admitted (quota)."""
+    h100, l4, a100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4", "NVIDIA-A100-SXM4-80GB"
+    both = (TOLERATE_GPU, TOLERATE_H100)
+    specs: list[tuple[str, str, str, str, float, float, Placement, Mapping[str, str]]] = [
+        ("llm-research", "pretrain-70b-0", h100, RESOURCE_GPU, 8, 5.0, _pinned(h100, both), {}),
+        ("search", "reindex-embed-0", l4, RESOURCE_GPU, 4, 1.5, _pinned(l4, (TOLERATE_GPU,)), {}),
     ]
     holes = _fragmented_pool(window, nodes, allocations)
     if holes is not None:
         product, gpus = holes
-        specs.append(("vision", "finetune-vit-0", product, gpus, 2.5))
+        specs.append(
+            ("vision", "finetune-vit-0", product, RESOURCE_GPU, gpus, 2.5, _pinned(product, both), {})
+        )
+    b200 = Placement(
+        node_affinity=((NodeRequirement(key=GPU_PRODUCT_LABEL, operator="In", values=("NVIDIA-B200",)),),),
+        tolerations=(TOLERATE_GPU,),
+    )
+    specs += [
+        ("llm-research", "eval-b200-0", "NVIDIA-B200", RESOURCE_GPU, 1, 3.0, b200, {}),
+        ("vision", "sweep-h100-0", h100, RESOURCE_GPU, 1, 0.75, _pinned(h100, (TOLERATE_GPU,)), {}),
+        (
+            "genai-apps",
+            "mig-7g-eval-0",
+            a100,
+            f"{RESOURCE_MIG_PREFIX}7g.80gb",
+            1,
+            2.0,
+            _pinned(a100, (TOLERATE_GPU,)),
+            {},
+        ),
+        (
+            "search",
+            "rerank-batch-0",
+            l4,
+            RESOURCE_GPU,
+            2,
+            4.0,
+            replace(_pinned(l4, (TOLERATE_GPU,)), scheduling_gates=(KUEUE_ADMISSION_GATE,)),
+            {KUEUE_QUEUE_LABEL: "search-queue"},
+        ),
+    ]
     products = {normalize_product(n.product) for n in nodes}
     out = []
-    for ns, name, product, qty, hours in specs:
-        if product not in products:
+    for ns, name, product, resource, qty, hours, placement, labels in specs:
+        if product not in products and product != "NVIDIA-B200":
             continue
+        pod = Pod(
+            namespace=ns,
+            name=name,
+            uid=_uid(0, ns, name),
+            phase="Pending",
+            created_at=window.end - timedelta(hours=hours),
+            labels={"app": "pending", **labels},
+            gpu_requests={resource: float(qty)},
+            node_selector_product=product,
+            placement=placement,
+        )
         out.append(
-            Pod(
-                namespace=ns,
-                name=name,
-                uid=_uid(0, ns, name),
-                phase="Pending",
-                created_at=window.end - timedelta(hours=hours),
-                labels={"app": "pending"},
-                gpu_requests={RESOURCE_GPU: float(qty)},
-                node_selector_product=product,
-            )
+            replace(pod, placement=replace(placement, scheduler_message=scheduler_message(nodes, pod)))
         )
     return out
+
+
+def _pinned(product: str, tolerations: tuple[Toleration, ...]) -> Placement:
+    return Placement(node_selector={GPU_PRODUCT_LABEL: product}, tolerations=tolerations)
 
 
 # The pool where the demo shows free GPUs that no waiting pod can use: spread one by one over nodes.

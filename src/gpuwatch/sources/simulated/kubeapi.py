@@ -1,4 +1,5 @@
-"""A Kubernetes API test server speaking the real core/v1 list protocol over a simulated fleet."""
+"""A Kubernetes API test server speaking the real core/v1 list protocol over a simulated fleet, with Kueue's
+kueue.x-k8s.io custom resources beside them (or without, as a cluster that has no Kueue)."""
 
 import base64
 import binascii
@@ -36,10 +37,19 @@ from gpuwatch.sources.simulated.kubeselectors import (
     parse_label_selector,
 )
 from gpuwatch.sources.simulated.kubetables import INCLUDE_OBJECT, table, table_version
+from gpuwatch.sources.simulated.kueueobjects import (
+    KUEUE_GROUP,
+    KUEUE_RESOURCES,
+    KUEUE_VERSIONS,
+    at_version,
+    kueue_objects,
+)
+from gpuwatch.sources.simulated.kueueobjects import table as kueue_table
 from gpuwatch.sources.simulated.tls import ServerCertificate, self_signed
 
 __all__ = [
     "DEFAULT_TOKEN",
+    "KUEUE_VERSIONS",
     "SERVICE_ACCOUNT_USER",
     "KubeApiServer",
     "namespace_object",
@@ -136,10 +146,16 @@ class KubeApiServer:
     or a token outlived `continue_ttl_seconds`; asked for `as=Table` (kubectl), they answer the Table
     form with the real server's columns. With a `token`, every API path wants
     `Authorization: Bearer <token>` (401 otherwise); token=None serves anyone. Resources in `forbidden`
-    answer 403. `extra_pods` are raw Pod objects appended to pod lists as-is (to inject malformed data);
+    answer 403 (Kueue's by plural: workloads, clusterqueues, ...). `extra_pods` are raw Pod objects
+    appended to pod lists as-is (to inject malformed data);
     `cpu_pods` adds that many pods without GPUs (a large cluster's node agents and services).
     `watch=true` streams the changes made with apply() and delete() (kubeevents); the server keeps no
     snapshots, so any write expires the continue tokens issued before it, as a compaction would.
+
+    Kueue (kueueobjects) is served at each of `kueue_versions` (the first preferred) under
+    /apis/kueue.x-k8s.io, listed with the same protocol, got, and announced by API discovery;
+    kueue_versions=() is a cluster without Kueue: its group is absent from /apis and its paths answer
+    404. Watches of Kueue objects are not simulated.
     """
 
     def __init__(
@@ -158,10 +174,16 @@ class KubeApiServer:
         watch_timeout_seconds: float = 60.0,
         bookmark_seconds: float = 1.0,
         event_capacity: int = 10_000,
+        kueue_versions: Sequence[str] = KUEUE_VERSIONS,
     ) -> None:
-        unknown = set(forbidden) - set(_RESOURCES)
+        unknown = set(forbidden) - set(_RESOURCES) - set(KUEUE_RESOURCES)
         if unknown:
             raise ValueError(f"forbidden names unknown resources: {sorted(unknown)}")
+        if set(kueue_versions) - set(KUEUE_VERSIONS):
+            raise ValueError(
+                f"kueue_versions: Kueue serves {', '.join(KUEUE_VERSIONS)}, not {kueue_versions}"
+            )
+        self.kueue_versions = tuple(kueue_versions)
         self.fleet = fleet
         self.host = host
         self.port = port
@@ -191,6 +213,8 @@ class KubeApiServer:
                 quota_object(fleet, q) for q in sorted(fleet.quotas, key=lambda q: (q.namespace, q.name))
             ],
         }
+        if self.kueue_versions:
+            self._objects |= kueue_objects(fleet)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -363,6 +387,9 @@ class KubeApiServer:
 
     def _as_table(self, body: JsonObject, version: str, include_object: str) -> JsonObject:
         kind = str(body.get("kind", ""))
+        group, _, group_version = str(body.get("apiVersion", "")).rpartition("/")
+        if group == KUEUE_GROUP:
+            return self._as_kueue_table(body, group_version, version, include_object)
         resource = next((r.name for r in _RESOURCES.values() if kind in (r.kind, f"{r.kind}List")), None)
         if resource is None:
             return body  # discovery and the like have no Table form
@@ -377,6 +404,26 @@ class KubeApiServer:
             metadata=body["metadata"] if listed else {"resourceVersion": self.resource_version},
             now=self.fleet.now,
             version=version,
+            include_object=include_object,
+        )
+
+    def _as_kueue_table(
+        self, body: JsonObject, group_version: str, version: str, include_object: str
+    ) -> JsonObject:
+        kind = str(body.get("kind", ""))
+        plural = next(r.plural for r in KUEUE_RESOURCES.values() if kind in (r.kind, f"{r.kind}List"))
+        if include_object not in INCLUDE_OBJECT:
+            raise _bad_request(
+                f"includeObject: unsupported value {include_object!r}: one of {', '.join(INCLUDE_OBJECT)}"
+            )
+        listed = kind.endswith("List")
+        return kueue_table(
+            plural,
+            group_version,
+            body["items"] if listed else [body],
+            metadata=body["metadata"] if listed else {"resourceVersion": self.resource_version},
+            now=self.fleet.now,
+            table_version=version,
             include_object=include_object,
         )
 
@@ -402,7 +449,10 @@ class KubeApiServer:
                 ],
             }
         if seg == ["apis"]:
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+            groups = [self._kueue_group()] if self.kueue_versions else []
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        if seg[:2] == ["apis", KUEUE_GROUP] and self.kueue_versions:
+            return self._route_kueue(seg[2:], query)
         if seg == ["api", "v1"]:
             return _discovery()
         if len(seg) >= 3 and seg[:2] == ["api", "v1"]:
@@ -417,30 +467,65 @@ class KubeApiServer:
                 return self._get(rest[2], rest[1], rest[3])
         raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
 
+    def _kueue_group(self) -> JsonObject:
+        versions = [{"groupVersion": f"{KUEUE_GROUP}/{v}", "version": v} for v in self.kueue_versions]
+        return {"name": KUEUE_GROUP, "versions": versions, "preferredVersion": versions[0]}
+
+    def _route_kueue(self, rest: list[str], query: dict[str, str]) -> JsonObject:
+        """/apis/kueue.x-k8s.io[/<version>[/namespaces/<ns>]/<plural>[/<name>]]."""
+        if not rest:
+            return {"kind": "APIGroup", "apiVersion": "v1"} | self._kueue_group()
+        version, rest = rest[0], rest[1:]
+        if version in self.kueue_versions:
+            if not rest:
+                return _kueue_discovery(version)
+            namespace = None
+            if len(rest) >= 3 and rest[0] == "namespaces":
+                namespace, rest = rest[1], rest[2:]
+            found = KUEUE_RESOURCES.get(rest[0]) if len(rest) in (1, 2) else None
+            if found is not None and (namespace is None or found.namespaced):
+                if len(rest) == 1:
+                    return self._list(found.plural, namespace, query, version=version)
+                if namespace is not None or not found.namespaced:
+                    return self._get(found.plural, namespace, rest[1], version=version)
+        raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+
     def _authorize(self, verb: str, resource: str, namespace: str | None, name: str | None) -> None:
         if resource not in self.forbidden:
             return
+        group = KUEUE_GROUP if resource in KUEUE_RESOURCES else ""
         scope = f'in the namespace "{namespace}"' if namespace is not None else "at the cluster scope"
-        subject = f'{resource} "{name}"' if name is not None else resource
+        subject = f'{resource}.{group} "{name}"' if group else f'{resource} "{name}"'
+        if name is None:
+            subject = f"{resource}.{group}" if group else resource
         message = (
             f'{subject} is forbidden: User "{SERVICE_ACCOUNT_USER}" cannot {verb} resource "{resource}" '
-            f'in API group "" {scope}'
+            f'in API group "{group}" {scope}'
         )
         details: JsonObject = {"kind": resource} if name is None else {"name": name, "kind": resource}
+        if group:
+            details["group"] = group
         raise ApiError(403, "Forbidden", message, details=details)
 
-    def _get(self, resource: str, namespace: str | None, name: str) -> JsonObject:
+    def _get(self, resource: str, namespace: str | None, name: str, *, version: str = "") -> JsonObject:
+        """An object; `version`: the kueue.x-k8s.io version asked for (a Kueue resource), else core/v1."""
         self._authorize("get", resource, namespace, name)
         for obj in self._objects[resource]:
             found = obj.get("metadata")
             meta: JsonObject = found if isinstance(found, dict) else {}
             if meta.get("name") == name and (namespace is None or meta.get("namespace") == namespace):
+                if version:
+                    return at_version(resource, obj, version)
                 return _with_kind(obj, _RESOURCES[resource].kind)
-        raise ApiError(
-            404, "NotFound", f'{resource} "{name}" not found', details={"name": name, "kind": resource}
-        )
+        group = KUEUE_GROUP if version else ""
+        details: JsonObject = {"name": name, "kind": resource} | ({"group": group} if group else {})
+        subject = f"{resource}.{group}" if group else resource
+        raise ApiError(404, "NotFound", f'{subject} "{name}" not found', details=details)
 
-    def _list(self, resource: str, namespace: str | None, query: dict[str, str]) -> JsonObject:
+    def _list(
+        self, resource: str, namespace: str | None, query: dict[str, str], *, version: str = ""
+    ) -> JsonObject:
+        """A list, paginated; `version`: the kueue.x-k8s.io version asked for (a Kueue resource)."""
         self._authorize("list", resource, namespace, None)
         matches = self._matcher(resource, namespace, query)
         with self._lock:
@@ -450,7 +535,7 @@ class KubeApiServer:
         rv = self.resource_version
         list_query = hashlib.sha256(
             json.dumps(
-                [resource, namespace, query.get("fieldSelector", ""), query.get("labelSelector", "")]
+                [resource, version, namespace, query.get("fieldSelector", ""), query.get("labelSelector", "")]
             ).encode()
         ).hexdigest()[:16]
         start = 0
@@ -463,6 +548,13 @@ class KubeApiServer:
         if end < len(items):
             meta["continue"] = self._encode_continue(rv, end, list_query)
             meta["remainingItemCount"] = len(items) - end
+        if version:
+            return {
+                "kind": f"{KUEUE_RESOURCES[resource].kind}List",
+                "apiVersion": f"{KUEUE_GROUP}/{version}",
+                "metadata": meta,
+                "items": [at_version(resource, obj, version) for obj in items[start:end]],
+            }
         return {
             "kind": f"{_RESOURCES[resource].kind}List",
             "apiVersion": "v1",
@@ -474,8 +566,9 @@ class KubeApiServer:
         self, resource: str, namespace: str | None, query: dict[str, str]
     ) -> Callable[[JsonObject], bool]:
         """Whether an object is in the namespace and matches the field and label selectors."""
+        fields = _RESOURCES[resource].fields if resource in _RESOURCES else _NAMES  # CRDs: names only
         try:
-            predicates = parse_field_selector(query.get("fieldSelector", ""), _RESOURCES[resource].fields)
+            predicates = parse_field_selector(query.get("fieldSelector", ""), fields)
             predicates += parse_label_selector(query.get("labelSelector", ""))
         except SelectorError as e:
             raise _bad_request(str(e)) from e
@@ -560,6 +653,25 @@ def _discovery() -> JsonObject:
                 "shortNames": list(r.short_names),
             }
             for r in _RESOURCES.values()
+        ],
+    }
+
+
+def _kueue_discovery(version: str) -> JsonObject:
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{KUEUE_GROUP}/{version}",
+        "resources": [
+            {
+                "name": r.plural,
+                "singularName": r.singular,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "list"],
+                "shortNames": list(r.short_names),
+            }
+            for r in KUEUE_RESOURCES.values()
         ],
     }
 

@@ -1,11 +1,22 @@
 """The simulated fleet rendered as Kubernetes core/v1 JSON objects, as a real API server returns them."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuwatch.model import Namespace, Node, Pod, ResourceQuota, utc
+from gpuwatch.model import (
+    GPU_PRODUCT_LABEL,
+    Namespace,
+    Node,
+    NodeRequirement,
+    Placement,
+    Pod,
+    ResourceQuota,
+    Taint,
+    Toleration,
+    utc,
+)
 from gpuwatch.sources.simulated.fleet import (
     DRIVER_VERSION,
     EXPORTER_NAMESPACE,
@@ -17,7 +28,6 @@ from gpuwatch.sources.simulated.fleet import (
 
 JsonObject = dict[str, Any]
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 KUBELET_VERSION = "v1.31.4"
@@ -153,7 +163,7 @@ def pod_object(fleet: SimulatedFleet, pod: Pod) -> JsonObject:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": _pod_spec(pod, exporter=exporter),
+        "spec": _pod_spec(pod, exporter=exporter, node_taints=_node_taints(fleet, pod.node)),
         "status": _pod_status(fleet, pod, exporter=exporter),
     }
 
@@ -182,7 +192,7 @@ def pods_without_gpus(fleet: SimulatedFleet, count: int) -> list[Pod]:
     return pods
 
 
-def _pod_spec(pod: Pod, *, exporter: bool) -> JsonObject:
+def _pod_spec(pod: Pod, *, exporter: bool, node_taints: tuple[Taint, ...]) -> JsonObject:
     gpus = sum(pod.gpu_requests.values())
     cpu = quantity(max(1.0, 8.0 * gpus)) if not exporter else "100m"
     memory = f"{int(max(4, 32 * gpus))}Gi" if not exporter else "128Mi"
@@ -210,8 +220,21 @@ def _pod_spec(pod: Pod, *, exporter: bool) -> JsonObject:
             "tolerationSeconds": 300,
         },
     ]
-    if pod.gpu_requests or exporter:
-        tolerations.insert(0, {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"})
+    if pod.placement is not None:
+        tolerations = [_toleration(t) for t in pod.placement.tolerations] + tolerations
+    elif pod.gpu_requests or exporter:
+        # The toleration the ExtendedResourceToleration admission plugin adds, and one for each other
+        # taint of the node the pod runs on (it was placed there, so it tolerated them).
+        extra = [
+            _toleration(Toleration(key=t.key, value=t.value, effect=t.effect))
+            for t in node_taints
+            if t.key != "nvidia.com/gpu"
+        ]
+        tolerations = [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            *extra,
+            *tolerations,
+        ]
     batch = pod.labels.get("gpuwatch.io/archetype") == "batch" or pod.phase in ("Succeeded", "Failed")
     spec: JsonObject = {
         "containers": [container],
@@ -227,11 +250,58 @@ def _pod_spec(pod: Pod, *, exporter: bool) -> JsonObject:
         "terminationGracePeriodSeconds": 30,
         "tolerations": tolerations,
     }
-    if pod.node_selector_product:
+    if pod.placement is not None:
+        spec |= _placement_spec(pod.placement)
+    elif pod.node_selector_product:
         spec["nodeSelector"] = {GPU_PRODUCT_LABEL: pod.node_selector_product}
     if pod.node:
         spec["nodeName"] = pod.node
     return spec
+
+
+def _toleration(t: Toleration) -> JsonObject:
+    out: JsonObject = {"key": t.key, "operator": t.operator} if t.key else {"operator": t.operator}
+    if t.operator != "Exists":
+        out["value"] = t.value
+    if t.effect:
+        out["effect"] = t.effect
+    return out
+
+
+def _requirement(r: NodeRequirement) -> JsonObject:
+    out: JsonObject = {"key": r.key, "operator": r.operator}
+    if r.values:
+        out["values"] = list(r.values)
+    return out
+
+
+def _placement_spec(placement: Placement) -> JsonObject:
+    """A pending pod's nodeSelector, required node affinity and scheduling gates as spec fields."""
+    spec: JsonObject = {}
+    if placement.node_selector:
+        spec["nodeSelector"] = dict(placement.node_selector)
+    if placement.node_affinity:
+        terms = []
+        for term in placement.node_affinity:
+            rendered: JsonObject = {}
+            expressions = [_requirement(r) for r in term if not r.on_field]
+            fields = [_requirement(r) for r in term if r.on_field]
+            if expressions:
+                rendered["matchExpressions"] = expressions
+            if fields:
+                rendered["matchFields"] = fields
+            terms.append(rendered)
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+        }
+    if placement.scheduling_gates:
+        spec["schedulingGates"] = [{"name": g} for g in placement.scheduling_gates]
+    return spec
+
+
+def _node_taints(fleet: SimulatedFleet, node: str | None) -> tuple[Taint, ...]:
+    at = _lookup(fleet).node_at.get(node or "")
+    return () if at is None else at[1].taints
 
 
 def _condition(kind: str, status: bool, when: datetime, reason: str = "", message: str = "") -> JsonObject:
@@ -251,10 +321,12 @@ def _condition(kind: str, status: bool, when: datetime, reason: str = "", messag
 def _pod_status(fleet: SimulatedFleet, pod: Pod, *, exporter: bool) -> JsonObject:
     qos = "Burstable" if exporter else "Guaranteed"
     if pod.phase == "Pending" or pod.node is None:
-        message = _unschedulable_message(fleet, pod)
+        gated = pod.placement is not None and bool(pod.placement.scheduling_gates)
+        message = scheduler_message(fleet.nodes, pod)
+        reason = "SchedulingGated" if gated else "Unschedulable"
         return {
             "phase": pod.phase,
-            "conditions": [_condition("PodScheduled", False, pod.created_at, "Unschedulable", message)],
+            "conditions": [_condition("PodScheduled", False, pod.created_at, reason, message)],
             "qosClass": qos,
         }
     started = pod.started_at or pod.created_at
@@ -313,21 +385,36 @@ def _pod_status(fleet: SimulatedFleet, pod: Pod, *, exporter: bool) -> JsonObjec
     }
 
 
-def _unschedulable_message(fleet: SimulatedFleet, pod: Pod) -> str:
-    """The scheduler's FailedScheduling summary: why each node was rejected."""
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+
+
+def scheduler_message(nodes: Sequence[Node], pod: Pod) -> str:
+    """The scheduler's words on a pod it cannot place: its FailedScheduling summary of why each node was
+    rejected, or the scheduling-gate message while a gate holds the pod back."""
+    if pod.placement is not None and pod.placement.scheduler_message:
+        return pod.placement.scheduler_message
+    placement = pod.placement or Placement(
+        node_selector={GPU_PRODUCT_LABEL: pod.node_selector_product} if pod.node_selector_product else {}
+    )
+    if placement.scheduling_gates:
+        return GATED_MESSAGE
     reasons: dict[str, int] = {}
     wanted = ", ".join(sorted(pod.gpu_requests)) or "cpu"
-    for node in fleet.nodes:
+    for node in nodes:
+        untolerated = placement.untolerated(node)
+        missing = [r for r in sorted(pod.gpu_requests) if node.allocatable.get(r, 0.0) <= 0]
         if node.unschedulable:
             reason = "node(s) were unschedulable"
         elif not node.ready:
             reason = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
-        elif pod.node_selector_product and node.labels.get(GPU_PRODUCT_LABEL) != pod.node_selector_product:
+        elif not placement.matches(node):
             reason = "node(s) didn't match Pod's node affinity/selector"
+        elif untolerated:
+            reason = f"node(s) had untolerated taint {{{untolerated[0].key}: {untolerated[0].value}}}"
         else:
-            reason = f"Insufficient {wanted}"
+            reason = f"Insufficient {', '.join(missing) or wanted}"
         reasons[reason] = reasons.get(reason, 0) + 1
-    total = len(fleet.nodes)
+    total = len(nodes)
     parts = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
     return (
         f"0/{total} nodes are available: {parts}. preemption: 0/{total} nodes are available: "
@@ -373,7 +460,9 @@ def node_object(fleet: SimulatedFleet, node: Node) -> JsonObject:
         "podCIDRs": [f"10.244.{node_index}.0/24"],
         "providerID": f"gce://gpuwatch-sim/us-central1-a/{node.name}",
     }
-    taints: list[JsonObject] = []
+    taints: list[JsonObject] = [
+        {"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect} for t in node.taints
+    ]
     if node.unschedulable:
         spec["unschedulable"] = True
         taints.append(

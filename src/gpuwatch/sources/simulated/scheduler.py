@@ -16,6 +16,7 @@ from gpuwatch.model import (
     Gpu,
     Node,
     Pod,
+    Taint,
     Window,
     ge_per_unit,
 )
@@ -36,6 +37,7 @@ class PoolSpec:
     rename_shared: bool = False  # time-slicing renameByDefault: nvidia.com/gpu.shared
     has_prof: bool = True  # DCGM_FI_PROF_* fields available
     tdp_watts: float = 700.0
+    taints: tuple[Taint, ...] = ()  # beyond nvidia.com/gpu=present:NoSchedule, which every GPU node has
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,5 +1,6 @@
 """Capacity page: where the free GPUs are, how fragmented, what the strands cost, and why pods pend."""
 
+from collections import Counter
 from typing import Any
 
 import dash
@@ -88,11 +89,13 @@ POOL_COLUMNS = [
     Column("utilization", "utilization", "pct"),
     Column("stranded_gpu_hours", "stranded GPU-h", "num"),
     Column("stranded_cost_usd", "stranded $", "usd"),
+    Column("taints", "node taints"),
 ]
 
 
 def pending_rows(view: View) -> list[dict[str, Any]]:
-    """Pending GPU pods with how long they waited and what blocks them."""
+    """Pending GPU pods with how long they waited, what blocks them and why, what they ask of a node
+    and the scheduler's own words."""
     end = view.window.end
     extra = {(r["namespace"], r["pod"]): r for r in records(view.pending_detail())}
     rows = []
@@ -105,19 +108,31 @@ def pending_rows(view: View) -> list[dict[str, Any]]:
                 "waiting": since_text(end - pd.Timedelta(seconds=p["waiting_seconds"]), end),
                 "pool_free_ge": more.get("pool_free_ge"),
                 "largest_free_block_ge": more.get("largest_free_block_ge"),
-                "why": _why(p, more),
+                "asks": _asks(p),
+                "why": _why(p),
             }
         )
     return sorted(rows, key=lambda r: -float(r["waiting_seconds"]))
 
 
-def _why(pod: dict[str, Any], more: dict[str, Any]) -> str:
-    free, block = more.get("pool_free_ge"), more.get("largest_free_block_ge")
-    if pod["blocked_by"] == "fragmentation":
-        return f"fragmentation: {free:g} GPUs free in the pool, but at most {block:g} on one node"
-    if free is None:
-        return "capacity"
-    return f"capacity: needs {pod['gpus']:g}, the pool has {free:g} free"
+def _asks(pod: dict[str, Any]) -> str:
+    """Its node selector / required affinity and tolerations, as one cell."""
+    parts = [pod["node_affinity"] or "any GPU node"]
+    if pod["tolerations"]:
+        parts.append(f"tolerates {pod['tolerations']}")
+    return " · ".join(parts)
+
+
+def _why(pod: dict[str, Any]) -> html.Div | str:
+    """The reason in the user's words, and under it what the scheduler said."""
+    if not pod["scheduler_message"]:
+        return str(pod["reason"])
+    return html.Div(
+        [
+            html.Div(pod["reason"]),
+            html.Div(f"scheduler: {pod['scheduler_message']}", className="gw-muted-line"),
+        ]
+    )
 
 
 PENDING_COLUMNS = [
@@ -128,6 +143,7 @@ PENDING_COLUMNS = [
     Column("pool", "pool"),
     Column("waiting", "waiting"),
     Column("blocked_by", "blocked by", "tag"),
+    Column("asks", "asks for"),
     Column("why", "why"),
 ]
 
@@ -139,7 +155,8 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
     free = float(placeable["unallocated_ge"].sum() + placeable["stranded_ge"].sum())
     largest = max((p["largest_free_block"] for p in view.pool_rows()), default=0.0)
     pending = view.headline["pending"]
-    fragmented = sum(1 for p in pending if p["blocked_by"] == "fragmentation")
+    counts = Counter(p["blocked_by"] for p in pending)
+    blocked = ", ".join(f"{n} {reason}" for reason, n in counts.most_common()) or "none"
     ratio = view.fragmentation_ratio()
     return [
         kpi("free GPUs now", num(free), "free-now", hint="on ready, schedulable nodes"),
@@ -152,7 +169,7 @@ def _kpis(view: View, filters: Filters) -> list[html.Div]:
             f"{len(pending)}",
             "pending",
             tone="gw-warn" if pending else "",
-            hint=f"{fragmented} blocked by fragmentation",
+            hint=f"blocked by: {blocked}",
         ),
     ]
 
@@ -172,7 +189,9 @@ def _export_pools(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
 @exporter("capacity-pending")
 def _export_pending(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
-    return Export(frame=pd.DataFrame(pending_rows(loaded.view)).drop(columns=["waiting"], errors="ignore"))
+    # The cells drawn for people (waiting, asks, why) are in the row's own fields already.
+    frame = pd.DataFrame(pending_rows(loaded.view)).drop(columns=["waiting", "asks", "why"], errors="ignore")
+    return Export(frame=frame)
 
 
 def render(search: str | None) -> tuple[Any, ...]:
@@ -197,8 +216,11 @@ def render(search: str | None) -> tuple[Any, ...]:
             PENDING_COLUMNS,
             pending_rows(view),
             empty_text="no GPU pod is pending",
-            note="Fragmentation: the pool has enough free GPUs in total but no node has enough; "
-            "capacity: the pool does not have enough free GPUs.",
+            note="Blocked by the first check a pod fails, in the scheduler's order. affinity: no GPU node "
+            "matches its node selector or required affinity; taint: every node it may use has a taint it "
+            "does not tolerate; mig_profile: none offers its MIG profile; quota: Kueue has not admitted it; "
+            "fragmentation: the nodes it may use have enough free GPUs in total, but no one node has "
+            "enough; capacity: they do not have enough free GPUs.",
             query=to_query(filters),
         ),
     )
