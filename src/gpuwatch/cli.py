@@ -342,12 +342,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     source = SOURCE_HISTORY
     if wants_history(args.source, demo=args.demo, costly=lambda: prefers_recorded(service, window)):
         # The API server is listed for the health events while Prometheus sums the window.
-        with ThreadPoolExecutor(max_workers=1) as aside:
+        with ThreadPoolExecutor(max_workers=2) as aside:
             health = aside.submit(_health_events, service, window)
+            queues = aside.submit(service.queue_setup)
             try:
                 detail = detail_written(args.format, group_by=args.group_by)
                 history = read_history(service.settings, window, detail=detail)
-                report = build_history_report(history, health=health.result())
+                report = build_history_report(history, health=health.result(), queues=queues.result())
             except NoHistoryError as e:
                 if args.source == "history":
                     raise
@@ -359,7 +360,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 f"gpuwatch: step raised to {window.step_seconds}s (11,000 points per series)", file=sys.stderr
             )
         analysis = service.analysis(window)
-        report = build_report(analysis, health=_health_events(service, window, analysis.nodes))
+        health_events = _health_events(service, window, analysis.nodes)
+        report = build_report(analysis, health=health_events, queues=service.queue_setup())
     data = render(report, args.format, group_by=args.group_by, source=source)
     if args.output:
         try:

@@ -63,6 +63,7 @@ class History:
     pending: pd.DataFrame  # namespace, pod, team, pool, gpus, waiting_seconds, blocked_by
     coverage: Coverage
     sample_seconds: float  # the exporter's mean sample interval where it left samples (NaN: nowhere)
+    prices: pd.DataFrame  # POOL_PRICES: the prices the exporter published, from each piece's start
 
 
 def wants_history(source: str, *, demo: bool = False, costly: Callable[[], bool] = lambda: False) -> bool:
@@ -440,7 +441,22 @@ def assemble(
         pending=_pending(sums),
         coverage=coverage,
         sample_seconds=hours.sample_seconds,
+        prices=_prices_in_force(sums),
     )
+
+
+def _prices_in_force(sums: HistorySums) -> pd.DataFrame:
+    """POOL_PRICES: each pool's published price from the start of each piece on."""
+    prices = _piece_prices(sums).dropna(subset=["usd_per_gpu_hour"])
+    pieces = sums.pieces
+    starts = (pieces["end"] - pd.to_timedelta(pieces["seconds"], unit="s")).set_axis(pieces["piece"])
+    return pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(prices["piece"].map(starts), utc=True),
+            "pool": prices["pool"].astype("str"),
+            "usd_per_gpu_hour": prices["usd_per_gpu_hour"].astype("float64"),
+        }
+    ).sort_values(["timestamp", "pool"], ignore_index=True)
 
 
 class SampleHours:

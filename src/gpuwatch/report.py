@@ -8,13 +8,15 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from gpuwatch.analysis import Analysis, Coverage, low_coverage_warning, usage_tables
+from gpuwatch.analysis import Analysis, Coverage, iso_z, low_coverage_warning, usage_tables
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import History
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, forecast_month_usd
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues, prices_on_grid, queue_tables
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -480,23 +482,57 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeri
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def build_report(analysis: Analysis, *, health: pd.DataFrame | None = None) -> Report:
+def build_report(
+    analysis: Analysis, *, health: pd.DataFrame | None = None, queues: QueueSetup | None = None
+) -> Report:
     """The report of an analysis: every hour a GE-hour, every ratio in [0, 1] or null.
 
-    health: the window's health events (service.health_events), when read.
+    health: the window's health events (service.health_events), when read. queues: Kueue's queues
+    (FleetService.queue_setup()); without them the report has no queue rows.
     """
+    tables = usage_tables(analysis)
     return report_from_tables(
-        usage_tables(analysis),
+        tables,
         window=analysis.window,
         settings=analysis.settings,
         gpus=int(analysis.nodes["capacity_ge"].sum()),
         pending=analysis.pending,
         coverage=analysis.coverage,
         health=health,
+        queues=analysis_queues(analysis, queues, workloads=tables["workload"]),
     )
 
 
-def build_history_report(history: History, *, health: pd.DataFrame | None = None) -> Report:
+def analysis_queues(
+    analysis: Analysis, queues: QueueSetup | None, *, workloads: pd.DataFrame | None = None
+) -> QueueTables:
+    """The queue tables of an analysis' window (its workload table when already computed)."""
+    if workloads is None:
+        workloads = usage_tables(analysis)["workload"]
+    prices = prices_on_grid(analysis.rates.at, sorted(set(analysis.nodes["pool"])), analysis.window)
+    return queue_tables(
+        queues or no_queues(),
+        window=analysis.window,
+        prices=prices,
+        workloads=workloads,
+        pending=analysis.pending,
+    )
+
+
+def history_queues(history: History, queues: QueueSetup | None) -> QueueTables:
+    """The queue tables of a window read from gpuwatch's own series."""
+    return queue_tables(
+        queues or no_queues(),
+        window=history.window,
+        prices=history.prices,
+        workloads=history.tables["workload"],
+        pending=history.pending,
+    )
+
+
+def build_history_report(
+    history: History, *, health: pd.DataFrame | None = None, queues: QueueSetup | None = None
+) -> Report:
     """The same report from gpuwatch's own series (the long-window path of SPEC §4.3)."""
     return report_from_tables(
         history.tables,
@@ -506,6 +542,7 @@ def build_history_report(history: History, *, health: pd.DataFrame | None = None
         pending=history.pending,
         coverage=history.coverage,
         health=health,
+        queues=history_queues(history, queues),
     )
 
 
@@ -518,9 +555,11 @@ def report_from_tables(
     pending: pd.DataFrame,
     coverage: Coverage,
     health: pd.DataFrame | None = None,
+    queues: QueueTables | None = None,
 ) -> Report:
     """The report of usage tables shaped as usage_tables() makes them (fleet, fleet_ledger, team,
-    namespace, workload, pool), the pending-pod diagnosis and coverage, whichever path computed them."""
+    namespace, workload, pool), the pending-pod diagnosis and coverage, whichever path computed them,
+    and the queue tables of the same window."""
     fleet_usage = tables["fleet"].iloc[0] if len(tables["fleet"]) else None
     ledger_row = tables["fleet_ledger"].iloc[0]
     capacity = float(sum(ledger_row[f"{s}_gpu_hours"] for s in LEDGER_STATES))
@@ -615,13 +654,51 @@ def report_from_tables(
             }
             for r in (health.to_dict("records") if health is not None else [])
         ],
+        **_queue_sections(queues),
         "coverage": {
             "gpu_samples_expected": coverage.gpu_samples_expected,
             "gpu_samples_present": coverage.gpu_samples_present,
             "unattributed_gpu_hours": coverage.unattributed_gpu_hours,
             "util_source": dict(coverage.util_source),
-            "warnings": list(coverage.warnings),
+            "warnings": list(coverage.warnings) + list(queues.warnings if queues is not None else ()),
         },
+    }
+
+
+def _queue_sections(queues: QueueTables | None) -> dict[str, Any]:
+    """Kueue's queues, fairness per team, pending demand beside idle GPUs per pool and the idle pods
+    worth reclaiming for it (the last two need no Kueue)."""
+    if queues is None:
+        return {}
+
+    def rows(
+        frame: pd.DataFrame, ints: Sequence[str] = (), flags: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
+        out = []
+        for r in frame.to_dict("records"):
+            row: dict[str, Any] = {}
+            for key, value in r.items():
+                name = str(key)
+                if name in ints:
+                    row[name] = int(value)
+                elif name in flags:
+                    row[name] = bool(value)
+                elif isinstance(value, pd.Timestamp):
+                    row[name] = iso_z(value.to_pydatetime())
+                elif isinstance(value, float | np.floating):
+                    row[name] = _num(float(value))
+                else:
+                    row[name] = str(value)
+            out.append(row)
+        return out
+
+    fairness = queues.fairness.drop(columns=["unquoted_gpu_hours"], errors="ignore")
+    return {
+        "kueue": {"installed": queues.installed},
+        "queues": rows(queues.queues, ints=("admitted_workloads", "pending_workloads", "preemptions")),
+        "fairness": rows(fairness),
+        "blocked_vs_idle": rows(queues.blocked_vs_idle, ints=("pending_pods",)),
+        "reclaim_candidates": rows(queues.reclaim, flags=("borrowing",)),
     }
 
 

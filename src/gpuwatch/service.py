@@ -13,12 +13,14 @@ import pandas as pd
 
 from gpuwatch.analysis import Analysis, analyze
 from gpuwatch.config import Settings, load_settings
-from gpuwatch.errors import ConfigError
-from gpuwatch.model import TeamRules, Window
+from gpuwatch.errors import ConfigError, KubernetesError
+from gpuwatch.model import KueueState, TeamRules, Window
+from gpuwatch.queues import QueueSetup, no_queues, queue_setup
 from gpuwatch.sources.clustercache import ClusterCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.kueue import kueue_state as kueue_state
+from gpuwatch.sources.kueue import state_from_raw as kueue_from_raw
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
 from gpuwatch.sources.simulated.demo import (
     DEMO_BUDGETS,
@@ -29,6 +31,7 @@ from gpuwatch.sources.simulated.demo import (
 from gpuwatch.sources.simulated.demo import DEMO_HISTORY_DAYS as DEMO_HISTORY_DAYS
 from gpuwatch.sources.simulated.demo import demo_end as demo_end
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
+from gpuwatch.sources.simulated.kueueobjects import KUEUE_VERSIONS, kueue_objects
 from gpuwatch.sources.simulated.source import SimulatedSource
 
 
@@ -62,6 +65,14 @@ class FleetSources(Protocol):
     """Where a FleetService reads the cluster and DCGM history: the live sources or the simulated fleet."""
 
     def cluster_state(self) -> ClusterState: ...
+
+    def node_state(self) -> ClusterState:
+        """The nodes and namespaces (no pod need be listed)."""
+        ...
+
+    def kueue_state(self) -> KueueState:
+        """Kueue's objects (KueueState(installed=False) without Kueue); KubernetesError when unreadable."""
+        ...
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame: ...
 
@@ -107,10 +118,13 @@ class LiveSources:
         return self.kubernetes.cluster_state()
 
     def node_state(self) -> ClusterState:
-        """The nodes (from the watches, or listed alone: no pod is listed)."""
+        """The nodes and namespaces (from the watches, or listed alone: no pod is listed)."""
         if self.cluster is not None:
             return self.cluster.cluster_state()
-        return self.kubernetes.node_state()
+        return self.kubernetes.node_state(namespaces=True)
+
+    def kueue_state(self) -> KueueState:
+        return kueue_state(self.kubernetes)
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
         exporters = ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
@@ -158,9 +172,18 @@ class SimulatedSources:
     def __init__(self, fleet: SimulatedFleet) -> None:
         self.fleet = fleet
         self._source = SimulatedSource(fleet)
+        self._kueue: KueueState | None = None
 
     def cluster_state(self) -> ClusterState:
         return self._source.cluster_state()
+
+    def node_state(self) -> ClusterState:
+        return self._source.cluster_state()
+
+    def kueue_state(self) -> KueueState:
+        if self._kueue is None:  # the simulated API server's objects, parsed as a live cluster's are
+            self._kueue = kueue_from_raw(kueue_objects(self.fleet), version=KUEUE_VERSIONS[0])
+        return self._kueue
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
         return self._source.gpu_samples(window)
@@ -259,3 +282,20 @@ class FleetService:
             while len(self._cache) > self._cache_size:
                 self._cache.pop(next(iter(self._cache)))
         return result
+
+    def queue_setup(self) -> QueueSetup:
+        """Kueue's queues in gpuwatch's terms (no_queues() without Kueue); a cluster whose Kueue cannot be
+        read has none either, and a warning says why."""
+        try:
+            kueue = self.sources.kueue_state()
+            if not kueue.installed:
+                return no_queues()
+            state = self.sources.node_state()
+        except KubernetesError as e:
+            return no_queues([f"Kueue not read: {e}"])
+        return queue_setup(
+            kueue,
+            nodes=state.nodes,
+            rules=self.settings.teams,
+            namespace_labels={n.name: n.labels for n in state.namespaces},
+        )

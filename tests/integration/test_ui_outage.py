@@ -8,7 +8,7 @@ import pytest
 from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
 from gpuwatch.health import health_samples
-from gpuwatch.model import Window
+from gpuwatch.model import KueueState, Window
 from gpuwatch.service import FleetService, SimulatedSources, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
@@ -44,6 +44,13 @@ class FlakySources:
 
     def take_warnings(self) -> list[str]:
         return self.inner.take_warnings()
+
+    def node_state(self) -> ClusterState:
+        self._check()
+        return self.inner.node_state()
+
+    def kueue_state(self) -> KueueState:
+        return self.inner.kueue_state()
 
     def now(self) -> datetime:
         return self.inner.now()

@@ -17,7 +17,7 @@ ALLOWED = {
     "analytics": BASE - {"config"},
     # analysis runs the SPEC §3 model over one window of the sources' frames (pure analytics).
     "analysis": BASE | {"sources", "analytics"},
-    "service": BASE | {"sources", "analysis"},
+    "service": BASE | {"sources", "analysis", "queues"},
     # check, health and simulation stand beside the service: `gpuwatch check`, the /health page's device
     # telemetry, and the simulated fleet served as the outside systems and written as history.
     "check": BASE | {"service", "analysis"},
@@ -32,11 +32,13 @@ ALLOWED = {
     "backfill": BASE | {"simulation", "series", "sources", "tsdb"},
     # tsdb writes series as Prometheus TSDB blocks.
     "tsdb": BASE | {"series"},
-    "report": BASE | {"analysis", "history"},
+    # queues turns Kueue's objects and a report's rows into queue tables (pure analytics under it).
+    "queues": BASE | {"analytics"},
+    "report": BASE | {"analysis", "history", "queues"},
     "exporter": BASE | {"service", "series"},
     # views answer a window on one of two read paths: raw (service) or recorded history (history, and
     # the PromQL reads of sources.prometheus); the service's sources say whether history exists.
-    "views": BASE | {"service", "analysis", "history", "report", "series", "sources"},
+    "views": BASE | {"service", "analysis", "history", "queues", "report", "series", "sources"},
     # ui draws views and shows the report's numbers; never sources or analytics.
     "ui": BASE | {"service", "analysis", "health", "report", "views"},
     "cli": BASE

@@ -9,7 +9,7 @@ import pytest
 
 from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
-from gpuwatch.model import Namespace, Node, Window
+from gpuwatch.model import KueueState, Namespace, Node, Window
 from gpuwatch.report import build_report
 from gpuwatch.service import FleetService
 from gpuwatch.sources.kubernetes import ClusterState
@@ -68,7 +68,9 @@ def test_an_outage_serves_the_last_good_view_and_says_so(
     store = ViewStore(service)
     good = store.load(Filters())
     assert good.view is not None and good.outage is None
-    assert good.view.report == build_report(service.analysis(service.window(days=1)))
+    assert good.view.report == build_report(
+        service.analysis(service.window(days=1)), queues=service.queue_setup()
+    )
 
     def unreachable(*_args: object) -> None:
         raise PrometheusError("prometheus unreachable")
@@ -129,6 +131,12 @@ class HandSources:
 
     def take_warnings(self) -> list[str]:
         return []
+
+    def node_state(self) -> ClusterState:
+        return self.cluster_state()
+
+    def kueue_state(self) -> KueueState:
+        return KueueState(installed=False)  # a cluster without Kueue
 
     def now(self) -> datetime:
         return START + timedelta(hours=4)

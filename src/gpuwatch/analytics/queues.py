@@ -230,6 +230,8 @@ def queue_summary(usage: pd.DataFrame, step_seconds: float, rates: pd.DataFrame)
 
 def _price_in_force(pools: "pd.Series[Any]", timestamps: "pd.Series[Any]", rates: pd.DataFrame) -> Floats:
     """Per row, the usd_per_gpu_hour of the latest rates row of its pool at or before its timestamp."""
+    if not len(pools) or not len(rates):
+        return np.full(len(pools), np.nan)
     left = pd.DataFrame(
         {
             "pool": pools.astype("str").to_numpy(dtype=object),

@@ -228,10 +228,11 @@ class KubernetesSource:
             return f"kubernetes API at {self.server} unreachable: {_reason(e)}"
         return None
 
-    def node_state(self) -> ClusterState:
-        """The nodes alone, parsed (no pod, namespace or quota listed)."""
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
+        """The nodes alone, parsed (no pod or quota listed; the namespaces too when asked)."""
         nodes, restarts = self.list_raw("nodes")
-        return state_from_raw(nodes, [], [], [], list_restarts=restarts)
+        listed, more = self.list_raw("namespaces") if namespaces else ([], 0)
+        return state_from_raw(nodes, [], listed, [], list_restarts=restarts + more)
 
     def cluster_state(self) -> ClusterState:
         """Nodes, running and pending pods (field selectors), namespaces and quotas, parsed."""

@@ -11,6 +11,7 @@ from typing import Any, Final, TypeVar
 import pandas as pd
 
 from gpuwatch.model import LEDGER_STATES, Window
+from gpuwatch.queues import QueueTables
 from gpuwatch.report import IDLE_SPLIT, Report
 
 MAX_POINTS: Final = 480  # points per time series sent to the browser; samples are averaged into buckets
@@ -143,6 +144,11 @@ class FleetView(ABC):
     @abstractmethod
     def pending_detail(self) -> pd.DataFrame:
         """namespace, pod, pool_free_ge, largest_free_block_ge of the pending GPU pods at the end."""
+
+    @abstractmethod
+    def queue_tables(self) -> QueueTables:
+        """The window's queues (the report's queues, fairness, blocked_vs_idle and reclaim_candidates),
+        with borrowing over time and each wait, for drawing."""
 
     # -- shared ---------------------------------------------------------------------------------
 

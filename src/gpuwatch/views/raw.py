@@ -7,28 +7,36 @@ import pandas as pd
 
 from gpuwatch.analysis import Analysis
 from gpuwatch.model import LEDGER_STATES, Window
-from gpuwatch.report import build_report
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues
+from gpuwatch.report import analysis_queues, build_report
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
 
 
 class RawView(FleetView):
     """A window's analysis (per GPU-sample frames) narrowed to a scope; its report is build_report's."""
 
-    def __init__(self, *, analysis: Analysis, computed_at: datetime, scope: Scope | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        analysis: Analysis,
+        computed_at: datetime,
+        scope: Scope | None = None,
+        queues: QueueSetup | None = None,
+    ) -> None:
         scope = scope or Scope()
         self.base = analysis
         self.analysis = filter_analysis(analysis, scope)
+        self.queues = queues or no_queues()
         path = ReadPath(recorded=False, resolution_seconds=analysis.window.step_seconds)
-        super().__init__(
-            scope=scope, headline=build_report(self.analysis), computed_at=computed_at, read_path=path
-        )
+        headline = build_report(self.analysis, queues=self.queues)
+        super().__init__(scope=scope, headline=headline, computed_at=computed_at, read_path=path)
 
     @property
     def window(self) -> Window:
         return self.analysis.window
 
     def scoped(self, scope: Scope) -> "RawView":
-        return RawView(analysis=self.base, computed_at=self.computed_at, scope=scope)
+        return RawView(analysis=self.base, computed_at=self.computed_at, scope=scope, queues=self.queues)
 
     def ledger_timeline(self) -> pd.DataFrame:
         return self._cached(
@@ -129,6 +137,9 @@ class RawView(FleetView):
 
     def pending_detail(self) -> pd.DataFrame:
         return self.analysis.pending[["namespace", "pod", "pool_free_ge", "largest_free_block_ge"]]
+
+    def queue_tables(self) -> QueueTables:
+        return self._cached("queue_tables", lambda: analysis_queues(self.analysis, self.queues))
 
 
 def holders(last: pd.DataFrame) -> pd.DataFrame:

@@ -61,7 +61,7 @@ def open_view(service: FleetService, window: Window, *, computed_at: datetime) -
     prometheus = service.sources.recorded()
     if prometheus is not None and prefers_recorded(service, window):
         return RecordedView(read_recorded(service, prometheus, window, computed_at=computed_at))
-    return RawView(analysis=service.analysis(window), computed_at=computed_at)
+    return RawView(analysis=service.analysis(window), computed_at=computed_at, queues=service.queue_setup())
 
 
 def trend_report(service: FleetService, window: Window, scope: Scope, *, computed_at: datetime) -> Report:
@@ -103,6 +103,7 @@ def read_recorded(
             history_timeline, prometheus, window, bucket_seconds=recorded_bucket_seconds(window)
         )
         present = pool.submit(service.analysis, last_step)
+        queues = pool.submit(service.queue_setup)
         node_states = pool.submit(node_states_now, prometheus, window.end)
         team_states = pool.submit(team_states_now, prometheus, window.end)
         pods = PodReader(prometheus, pieces.result())
@@ -124,4 +125,5 @@ def read_recorded(
         present=present.result(),
         computed_at=computed_at,
         source_warnings=tuple(prometheus.take_warnings()),
+        queues=queues.result(),
     )

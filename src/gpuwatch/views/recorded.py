@@ -6,7 +6,7 @@ pending pods) from one sample of the raw path at the window's end.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +28,8 @@ from gpuwatch.history import (
     workload_table,
 )
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
-from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, workload_rows
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues
+from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, history_queues, workload_rows
 from gpuwatch.sources.prometheus import (
     POD_FAMILIES,
     POD_IDLE_SPLIT,
@@ -69,6 +70,7 @@ class Recorded:
     present: Analysis  # one sample of the raw path at the window's end: nodes, holders, pending pods
     computed_at: datetime
     source_warnings: tuple[str, ...] = ()
+    queues: QueueSetup = field(default_factory=no_queues)  # Kueue's queues (none without Kueue)
 
 
 class RecordedView(FleetView):
@@ -95,10 +97,13 @@ class RecordedView(FleetView):
         resolution = int(pieces["seconds"].max()) if len(pieces) else recorded.window.step_seconds
         super().__init__(
             scope=scope,
-            headline=build_history_report(self.history),
+            headline=self._report(self.history),
             computed_at=recorded.computed_at,
             read_path=ReadPath(recorded=True, resolution_seconds=resolution),
         )
+
+    def _report(self, history: History) -> Report:
+        return build_history_report(history, queues=self.recorded.queues)
 
     def _with_pods(self, teams: tuple[str, ...], *families: str) -> HistorySums:
         """The recorded sums with the per-pod families `families` of `teams`' pods; all of them, and what
@@ -130,7 +135,7 @@ class RecordedView(FleetView):
         pods = self.recorded.pods.of_teams()
         # The teams' held and abandoned idle hours come from the idle pods' split families (a few).
         split = pods.read(*POD_IDLE_SPLIT)
-        return build_history_report(self._assembled(replace(self.recorded.sums, **pods.totals(), **split)))
+        return self._report(self._assembled(replace(self.recorded.sums, **pods.totals(), **split)))
 
     def pool_rows(self) -> list[dict[str, Any]]:
         if self._from_whole("summary"):
@@ -138,9 +143,9 @@ class RecordedView(FleetView):
 
         def compute() -> list[dict[str, Any]]:  # a pool's utilization needs its pods' busy GE alone
             totals = self.recorded.pods.of_teams().totals("used")
-            rows: list[dict[str, Any]] = build_history_report(
-                self._assembled(replace(self.recorded.sums, **totals))
-            )["pools"]
+            rows: list[dict[str, Any]] = self._report(self._assembled(replace(self.recorded.sums, **totals)))[
+                "pools"
+            ]
             return rows
 
         return self._cached("pool_rows", compute)
@@ -148,7 +153,17 @@ class RecordedView(FleetView):
     def _whole_report(self) -> Report:
         if self.scope.scoped:
             return self.headline
-        return build_history_report(self._assembled(self._with_pods(())))
+        return self._report(self._whole_history())
+
+    def _whole_history(self) -> History:
+        if self.scope.scoped:
+            return self.history
+        return self._cached("whole_history", lambda: self._assembled(self._with_pods(())))
+
+    def queue_tables(self) -> QueueTables:
+        return self._cached(
+            "queue_tables", lambda: history_queues(self._whole_history(), self.recorded.queues)
+        )
 
     def idle_workloads(self) -> list[dict[str, Any]]:
         if self._from_whole():

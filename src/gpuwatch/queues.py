@@ -1,0 +1,399 @@
+"""Queues and quotas over a window (issue 14): Kueue's queues with their quota, borrowing and lending,
+waits and preemptions, fairness per team, reserved-but-unused quota in dollars, and pending GPU demand
+beside idle-allocated GPUs, from Kueue's objects and the rows either read path gives a report."""
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from gpuwatch.analytics.queues import (
+    blocked_vs_idle,
+    fairness,
+    queue_summary,
+    queue_usage,
+    reclaim_candidates,
+    wait_stats,
+)
+from gpuwatch.model import (
+    KueueState,
+    Node,
+    TeamRules,
+    Window,
+    ge_per_unit,
+    is_gpu_resource,
+    normalize_product,
+    utc,
+)
+from gpuwatch.schema import (
+    BLOCKED_VS_IDLE,
+    FAIRNESS,
+    IDLE_PODS,
+    PENDING_WAITS,
+    POOL_PRICES,
+    QUEUE_QUOTAS,
+    QUEUE_USAGE,
+    QUEUE_WORKLOADS,
+    RECLAIM_CANDIDATES,
+    TEAM_ALLOCATED_HOURS,
+    TEAM_QUOTA_HOURS,
+)
+
+PriceLookup = Callable[["pd.Series[Any]", "pd.Series[Any]"], "npt.NDArray[np.float64]"]
+# Borrowing over time is drawn and summed on a grid of at most this many samples (queue_usage holds
+# queues × pools × samples rows): a month at 90-minute steps, a day at 3 minutes.
+MAX_QUEUE_SAMPLES = 480
+# An idle-allocated pod is a reclaim candidate after this long idle while pods of its pool wait.
+RECLAIM_AFTER_SECONDS = 2 * 3600.0
+QUEUE_COLUMNS = (
+    "queue",
+    "namespace",
+    "cluster_queue",
+    "cohort",
+    "team",
+    "nominal_gpus",
+    "used_gpu_hours",
+    "borrowed_gpu_hours",
+    "lent_gpu_hours",
+    "admitted_workloads",
+    "pending_workloads",
+    "preemptions",
+    "wait_seconds_p50",
+    "wait_seconds_p95",
+    "wait_seconds_max",
+    "reserved_unused_gpu_hours",
+    "reserved_unused_usd",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSetup:
+    """Kueue's objects as frames in gpuwatch's terms: quotas per ClusterQueue and pool in GE, Workloads
+    with their team, pool and GE, and the LocalQueues. installed False: no Kueue (every frame empty)."""
+
+    installed: bool
+    quotas: pd.DataFrame  # QUEUE_QUOTAS
+    workloads: pd.DataFrame  # QUEUE_WORKLOADS
+    local_queues: pd.DataFrame  # namespace, queue, cluster_queue, team
+    cohorts: Mapping[str, str] = field(default_factory=dict)  # cluster_queue -> cohort
+    warnings: tuple[str, ...] = ()
+
+
+def no_queues(warnings: Sequence[str] = ()) -> QueueSetup:
+    return QueueSetup(
+        installed=False,
+        quotas=QUEUE_QUOTAS.empty(),
+        workloads=QUEUE_WORKLOADS.empty(),
+        local_queues=pd.DataFrame(columns=["namespace", "queue", "cluster_queue", "team"], dtype="str"),
+        warnings=tuple(warnings),
+    )
+
+
+def queue_setup(
+    kueue: KueueState,
+    *,
+    nodes: Sequence[Node],
+    rules: TeamRules,
+    namespace_labels: Mapping[str, Mapping[str, str]],
+) -> QueueSetup:
+    """The frames of Kueue's objects. A flavor's pool is the product its nodeLabels name
+    (nvidia.com/gpu.product), else the pool of most of the nodes it selects; a quantity of a GPU
+    resource is in GE as the flavor's nodes offer it (a time-sliced replica 1/replicas). A workload's
+    team is its namespace's; a ClusterQueue's the team of most of its LocalQueues (its own name without
+    one). Quota of a flavor no node backs is left out, with one warning naming it."""
+    if not kueue.installed:
+        return no_queues()
+    warnings = list(kueue.warnings)
+
+    def team_of(namespace: str) -> str:
+        return rules.team_of(
+            namespace=namespace, pod_labels={}, namespace_labels=namespace_labels.get(namespace, {})
+        )
+
+    flavor_pool, flavor_replicas = _flavor_pools(kueue, nodes)
+    local = pd.DataFrame(
+        {
+            "namespace": [q.namespace for q in kueue.local_queues],
+            "queue": [q.name for q in kueue.local_queues],
+            "cluster_queue": [q.cluster_queue for q in kueue.local_queues],
+            "team": [team_of(q.namespace) for q in kueue.local_queues],
+        },
+        dtype="str",
+    )
+    teams = {cq: Counter(group["team"]).most_common(1)[0][0] for cq, group in local.groupby("cluster_queue")}
+    cohorts = {cq.name: cq.cohort for cq in kueue.cluster_queues}
+    quota_rows = []
+    unbacked: set[str] = set()
+    for cq in kueue.cluster_queues:
+        for quota in cq.quotas:
+            if not is_gpu_resource(quota.resource):
+                continue
+            pool = flavor_pool.get(quota.flavor)
+            if pool is None:
+                unbacked.add(quota.flavor)
+                continue
+            ge = ge_per_unit(quota.resource, flavor_replicas.get(quota.flavor, 1))
+            quota_rows.append(
+                {
+                    "cluster_queue": cq.name,
+                    "cohort": cq.cohort,
+                    "team": teams.get(cq.name, cq.name),
+                    "pool": pool,
+                    "nominal_gpus": quota.nominal * ge,
+                    "borrowing_limit_gpus": quota.borrowing_limit * ge,
+                    "lending_limit_gpus": quota.lending_limit * ge,
+                }
+            )
+    if unbacked:
+        warnings.append(
+            f"Kueue flavor(s) {', '.join(sorted(unbacked))} select no GPU node: their quota is left out"
+        )
+    local_cq = {(q.namespace, q.name): q.cluster_queue for q in kueue.local_queues}
+    workload_rows = []
+    for w in kueue.workloads:
+        gpu = {r: q for r, q in w.gpu_requests.items() if is_gpu_resource(r)}
+        if not gpu:
+            continue
+        flavor = next((w.flavors[r] for r in gpu if r in w.flavors), "")
+        pool = flavor_pool.get(flavor, "") if w.admitted_at is not None else ""
+        replicas = flavor_replicas.get(flavor, 1)
+        stopped = [t for t in (w.finished_at, w.evicted_at) if t is not None]
+        workload_rows.append(
+            {
+                "namespace": w.namespace,
+                "workload": w.name,
+                "queue": w.queue_name,
+                "cluster_queue": w.cluster_queue or local_cq.get((w.namespace, w.queue_name), ""),
+                "team": team_of(w.namespace),
+                "pool": pool,
+                "gpus": sum(ge_per_unit(r, replicas) * q for r, q in gpu.items()),
+                "created_at": w.created_at,
+                "admitted_at": w.admitted_at,
+                "finished_at": min(stopped) if stopped else None,
+                "preemptions": w.preemptions,
+            }
+        )
+    return QueueSetup(
+        installed=True,
+        quotas=_frame(quota_rows, QUEUE_QUOTAS.columns),
+        workloads=_frame(workload_rows, QUEUE_WORKLOADS.columns),
+        local_queues=local,
+        cohorts=cohorts,
+        warnings=tuple(warnings),
+    )
+
+
+def _flavor_pools(kueue: KueueState, nodes: Sequence[Node]) -> tuple[dict[str, str], dict[str, int]]:
+    pools: dict[str, str] = {}
+    replicas: dict[str, int] = {}
+    for flavor in kueue.flavors:
+        selected = [n for n in nodes if flavor.selects(n.labels)]
+        if flavor.product:
+            pools[flavor.name] = normalize_product(flavor.product)
+        elif selected:
+            pools[flavor.name] = Counter(n.pool for n in selected).most_common(1)[0][0]
+        else:
+            continue
+        replicas[flavor.name] = max((n.replicas for n in selected), default=1)
+    return pools, replicas
+
+
+def _frame(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, str]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=list(columns))
+    for column, kind in columns.items():
+        if kind == "time":
+            frame[column] = pd.to_datetime(frame[column], utc=True)
+        elif kind == "str":
+            frame[column] = frame[column].astype("str")
+        elif kind == "float":
+            frame[column] = frame[column].astype("float64")
+        elif kind == "int":
+            frame[column] = frame[column].astype("int64")
+    return frame
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueTables:
+    """The queues of one window, as a report, the Queues page and the exporter show them."""
+
+    installed: bool
+    queues: pd.DataFrame  # QUEUE_COLUMNS: one row per LocalQueue (or ClusterQueue without one)
+    usage: pd.DataFrame  # QUEUE_USAGE on the window's queue grid: borrowing and lending over time
+    step_seconds: int  # that grid's step
+    waits: pd.DataFrame  # namespace, queue, team, wait_seconds, state (admitted | pending): each wait
+    fairness: pd.DataFrame  # FAIRNESS
+    blocked_vs_idle: pd.DataFrame  # BLOCKED_VS_IDLE
+    reclaim: pd.DataFrame  # RECLAIM_CANDIDATES
+    warnings: tuple[str, ...] = ()
+
+
+def queue_grid(window: Window) -> pd.DatetimeIndex:
+    """The samples queue usage is read at: the window's step, coarsened (in whole minutes) to at most
+    MAX_QUEUE_SAMPLES samples."""
+    step = max(window.step_seconds, 60 * math.ceil(window.duration_seconds / MAX_QUEUE_SAMPLES / 60))
+    return pd.date_range(window.start, window.end, freq=f"{step}s", inclusive="left")
+
+
+def queue_tables(
+    setup: QueueSetup,
+    *,
+    window: Window,
+    prices: pd.DataFrame,
+    workloads: pd.DataFrame,
+    pending: pd.DataFrame,
+    reclaim_after_seconds: float = RECLAIM_AFTER_SECONDS,
+) -> QueueTables:
+    """A window's queue tables.
+
+    prices: POOL_PRICES (the USD per GPU-hour in force in each pool). workloads: the report's workload
+    table (namespace, pod, team, pool, gpus, allocated_gpu_hours, idle_since: when the pod's current
+    idle stretch began, NaT when it is not idle at the end). pending: the report's pending pods
+    (namespace, pod, team, pool, gpus, waiting_seconds).
+    """
+    POOL_PRICES.check(prices)
+    grid = queue_grid(window)
+    step = int((grid[1] - grid[0]).total_seconds()) if len(grid) > 1 else window.step_seconds
+    usage = queue_usage(setup.workloads, setup.quotas, grid, step)
+    summary = queue_summary(usage, step, prices)
+    end = window.end
+    waits = wait_stats(setup.workloads, ["namespace", "queue"], start=window.start, as_of=end)
+    idle = _idle_now(workloads)
+    pending_waits = PENDING_WAITS.check(
+        pending[list(PENDING_WAITS.columns)].astype({"gpus": "float64", "waiting_seconds": "float64"})
+    )
+    blocked = blocked_vs_idle(pending_waits, idle)
+    demand = blocked.loc[blocked["pending_gpus"] > 0, "pool"]
+    at_end = prices[prices["timestamp"] <= pd.Timestamp(utc(end))]
+    reclaim = reclaim_candidates(
+        idle, usage, demand, at_end, as_of=end, min_idle_seconds=reclaim_after_seconds
+    )
+    allocated = TEAM_ALLOCATED_HOURS.check(
+        _summed(workloads.astype({"team": "str", "pool": "str"}), "allocated_gpu_hours")
+    )
+    nominal_hours = usage.assign(nominal_gpu_hours=usage["nominal_gpus"] * step / 3600.0)
+    quota_hours = TEAM_QUOTA_HOURS.check(_summed(nominal_hours, "nominal_gpu_hours"))
+    fair = fairness(allocated, quota_hours) if setup.installed else FAIRNESS.empty()
+    return QueueTables(
+        installed=setup.installed,
+        queues=_queue_rows(setup, summary, waits),
+        usage=QUEUE_USAGE.check(usage),
+        step_seconds=step,
+        waits=_each_wait(setup.workloads, window),
+        fairness=fair,
+        blocked_vs_idle=BLOCKED_VS_IDLE.check(blocked),
+        reclaim=RECLAIM_CANDIDATES.check(reclaim),
+        warnings=setup.warnings,
+    )
+
+
+def _summed(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    summed: pd.DataFrame = frame.groupby(["team", "pool"], as_index=False)[[column]].sum()
+    return summed.astype({"team": "str", "pool": "str", column: "float64"})
+
+
+def _idle_now(workloads: pd.DataFrame) -> pd.DataFrame:
+    idle = workloads[workloads["idle_since"].notna()]
+    return IDLE_PODS.check(
+        pd.DataFrame(
+            {
+                "namespace": idle["namespace"].astype("str"),
+                "pod": idle["pod"].astype("str"),
+                "team": idle["team"].astype("str"),
+                "pool": idle["pool"].astype("str"),
+                "gpus": idle["gpus"].astype("float64"),
+                "idle_since": pd.to_datetime(idle["idle_since"], utc=True),
+            }
+        ).reset_index(drop=True)
+    )
+
+
+def _queue_rows(setup: QueueSetup, summary: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
+    """One row per LocalQueue (a ClusterQueue without one gets its own row): its cluster queue's quota,
+    borrowing, lending and unused quota over every pool, and its own workloads' waits."""
+    per_cq = summary.groupby("cluster_queue").agg(
+        nominal_gpus=("nominal_gpus", "sum"),
+        used_gpu_hours=("used_gpu_hours", "sum"),
+        borrowed_gpu_hours=("borrowed_gpu_hours", "sum"),
+        lent_gpu_hours=("lent_gpu_hours", "sum"),
+        reserved_unused_gpu_hours=("reserved_unused_gpu_hours", "sum"),
+        reserved_unused_usd=("reserved_unused_usd", lambda s: s.sum(min_count=1)),
+    )
+    local = setup.local_queues
+    alone = sorted(set(setup.quotas["cluster_queue"]) - set(local["cluster_queue"]))
+    teams = setup.quotas.drop_duplicates("cluster_queue").set_index("cluster_queue")["team"]
+    rows = pd.concat(
+        [
+            local,
+            pd.DataFrame(
+                {
+                    "namespace": [""] * len(alone),
+                    "queue": alone,
+                    "cluster_queue": alone,
+                    "team": [str(teams.get(cq, cq)) for cq in alone],
+                },
+                dtype="str",
+            ),
+        ],
+        ignore_index=True,
+    )
+    rows["cohort"] = rows["cluster_queue"].map(setup.cohorts).fillna("").astype("str")
+    rows = rows.merge(per_cq, left_on="cluster_queue", right_index=True, how="left")
+    rows = rows.merge(waits, on=["namespace", "queue"], how="left")
+    counts = ["admitted_workloads", "pending_workloads"]
+    rows[counts] = rows[counts].fillna(0).astype("int64")
+    rows["preemptions"] = rows["preemptions"].fillna(0).astype("int64")
+    hours = [
+        "nominal_gpus",
+        "used_gpu_hours",
+        "borrowed_gpu_hours",
+        "lent_gpu_hours",
+        "reserved_unused_gpu_hours",
+    ]
+    rows[hours] = rows[hours].fillna(0.0)  # a queue with no GPU quota: none used, borrowed or reserved
+    out: pd.DataFrame = rows[list(QUEUE_COLUMNS)]
+    return out.sort_values(["cluster_queue", "namespace", "queue"], ignore_index=True)
+
+
+def _each_wait(workloads: pd.DataFrame, window: Window) -> pd.DataFrame:
+    """Each wait the queue table's percentiles are over: admitted in the window, or pending at its end."""
+    end = pd.Timestamp(utc(window.end))
+    start = pd.Timestamp(utc(window.start))
+    admitted = workloads["admitted_at"].between(start, end, inclusive="left")
+    pending = (
+        (workloads["created_at"] < end)
+        & ~(workloads["admitted_at"] < end)
+        & ~(workloads["finished_at"] <= end)
+    )
+    waited = np.where(
+        admitted,
+        (workloads["admitted_at"] - workloads["created_at"]).dt.total_seconds(),
+        (end - workloads["created_at"]).dt.total_seconds(),
+    )
+    chosen = admitted | pending
+    return pd.DataFrame(
+        {
+            "namespace": workloads.loc[chosen, "namespace"].astype("str"),
+            "queue": workloads.loc[chosen, "queue"].astype("str"),
+            "team": workloads.loc[chosen, "team"].astype("str"),
+            "wait_seconds": waited[chosen.to_numpy()].astype("float64"),
+            "state": np.where(admitted[chosen], "admitted", "pending"),
+        }
+    ).reset_index(drop=True)
+
+
+def prices_on_grid(price_at: PriceLookup, pools: Sequence[str], window: Window) -> pd.DataFrame:
+    """POOL_PRICES of the pools at each sample of the queue grid, from a rates lookup (PoolRates.at)."""
+    grid = queue_grid(window)
+    frame = pd.DataFrame(
+        {
+            "timestamp": np.repeat(grid, len(pools)),
+            "pool": pd.Series(list(pools) * len(grid), dtype="str"),
+        }
+    )
+    frame["usd_per_gpu_hour"] = price_at(frame["pool"], frame["timestamp"])
+    return POOL_PRICES.check(frame.astype({"usd_per_gpu_hour": "float64"}))
