@@ -23,6 +23,7 @@ from gpuwatch.analytics.placement import policy_taints, pool_taints, screen_pend
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings
 from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, normalize_product
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues, prices_on_grid, queue_tables
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.sources.kubernetes import ClusterState
 
@@ -443,3 +444,19 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, rates=rates, by=())
     tables["fleet_ledger"] = pd.concat([fleet_hours, fleet_cost], axis=1)
     return tables
+
+
+def analysis_queues(
+    analysis: Analysis, queues: QueueSetup | None, *, workloads: pd.DataFrame | None = None
+) -> QueueTables:
+    """The queue tables of an analysis' window (its workload table when already computed)."""
+    if workloads is None:
+        workloads = usage_tables(analysis)["workload"]
+    prices = prices_on_grid(analysis.rates.at, sorted(set(analysis.nodes["pool"])), analysis.window)
+    return queue_tables(
+        queues or no_queues(),
+        window=analysis.window,
+        prices=prices,
+        workloads=workloads,
+        pending=analysis.pending,
+    )

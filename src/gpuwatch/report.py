@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuwatch.analysis import Analysis, Coverage, iso_z, low_coverage_warning, usage_tables
+from gpuwatch.analysis import Analysis, Coverage, analysis_queues, iso_z, low_coverage_warning, usage_tables
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import History
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, forecast_month_usd
-from gpuwatch.queues import QueueSetup, QueueTables, no_queues, prices_on_grid, queue_tables
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_tables
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -500,22 +500,6 @@ def build_report(
         coverage=analysis.coverage,
         health=health,
         queues=analysis_queues(analysis, queues, workloads=tables["workload"]),
-    )
-
-
-def analysis_queues(
-    analysis: Analysis, queues: QueueSetup | None, *, workloads: pd.DataFrame | None = None
-) -> QueueTables:
-    """The queue tables of an analysis' window (its workload table when already computed)."""
-    if workloads is None:
-        workloads = usage_tables(analysis)["workload"]
-    prices = prices_on_grid(analysis.rates.at, sorted(set(analysis.nodes["pool"])), analysis.window)
-    return queue_tables(
-        queues or no_queues(),
-        window=analysis.window,
-        prices=prices,
-        workloads=workloads,
-        pending=analysis.pending,
     )
 
 

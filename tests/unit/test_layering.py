@@ -16,7 +16,7 @@ ALLOWED = {
     "sources": BASE,
     "analytics": BASE - {"config"},
     # analysis runs the SPEC §3 model over one window of the sources' frames (pure analytics).
-    "analysis": BASE | {"sources", "analytics"},
+    "analysis": BASE | {"sources", "analytics", "queues"},
     "service": BASE | {"sources", "analysis", "queues"},
     # check, health and simulation stand beside the service: `gpuwatch check`, the /health page's device
     # telemetry, and the simulated fleet served as the outside systems and written as history.

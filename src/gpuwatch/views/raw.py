@@ -5,10 +5,10 @@ from datetime import datetime
 
 import pandas as pd
 
-from gpuwatch.analysis import Analysis
+from gpuwatch.analysis import Analysis, analysis_queues
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues
-from gpuwatch.report import analysis_queues, build_report
+from gpuwatch.report import build_report
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
 
 
