@@ -459,4 +459,5 @@ def analysis_queues(
         prices=prices,
         workloads=workloads,
         pending=analysis.pending,
+        reclaim_after_seconds=analysis.settings.idle.reclaim_after_seconds,
     )

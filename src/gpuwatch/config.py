@@ -79,7 +79,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "commitments": "commitment_map",
         "energy": "energy",
     },
-    "idle": {"threshold": "ratio", "window": "duration", "held_fb_mib": "count"},
+    "idle": {"threshold": "ratio", "window": "duration", "held_fb_mib": "count", "reclaim_after": "duration"},
     "budgets": {"monthly_usd": "usd_map", "idle_usd_per_hour": "usd_map"},
     "views": {"raw_max_gpu_samples": "count"},
 }
@@ -333,6 +333,7 @@ def _build(v: Mapping[str, Any]) -> Settings:
             threshold_ratio=pick("idle.threshold", 0.05),
             window_seconds=int(pick("idle.window", 1800)),
             held_fb_bytes=float(pick("idle.held_fb_mib", 1024)) * BYTES_PER_MIB,
+            reclaim_after_seconds=int(pick("idle.reclaim_after", 7200)),
         ),
         budgets=Budgets(
             monthly_usd=pick("budgets.monthly_usd", {}),

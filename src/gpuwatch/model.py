@@ -567,6 +567,8 @@ class IdleParams:
     # Idle GPUs whose framebuffer holds at least this much are "held" (a loaded model, a parked notebook);
     # below it, "abandoned" (a CUDA context at most).
     held_fb_bytes: float = 1024 * BYTES_PER_MIB
+    # An idle-allocated pod idle this long in a pool where GPU pods wait is a reclaim candidate.
+    reclaim_after_seconds: int = 7200
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -48,8 +49,6 @@ PriceLookup = Callable[["pd.Series[Any]", "pd.Series[Any]"], "npt.NDArray[np.flo
 # Borrowing over time is drawn and summed on a grid of at most this many samples (queue_usage holds
 # queues × pools × samples rows): a month at 90-minute steps, a day at 3 minutes.
 MAX_QUEUE_SAMPLES = 480
-# An idle-allocated pod is a reclaim candidate after this long idle while pods of its pool wait.
-RECLAIM_AFTER_SECONDS = 2 * 3600.0
 QUEUE_COLUMNS = (
     "queue",
     "namespace",
@@ -69,6 +68,19 @@ QUEUE_COLUMNS = (
     "reserved_unused_gpu_hours",
     "reserved_unused_usd",
 )
+# Per queue (as QUEUE_COLUMNS lists them) and sample of the queue grid (queue_states).
+QUEUE_STATE_COLUMNS = (
+    "timestamp",
+    "namespace",
+    "queue",
+    "cluster_queue",
+    "team",
+    "pending_workloads",
+    "admitted_workloads",
+    "oldest_pending_seconds",
+)
+# Workloads whose states are computed at once (a workloads × samples block of booleans each).
+_STATE_CHUNK = 4096
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +93,8 @@ class QueueSetup:
     workloads: pd.DataFrame  # QUEUE_WORKLOADS
     local_queues: pd.DataFrame  # namespace, queue, cluster_queue, team
     cohorts: Mapping[str, str] = field(default_factory=dict)  # cluster_queue -> cohort
+    # (namespace, pod) -> Kueue's words on why the pod's own Workload waits (pods Kueue gates)
+    admission_messages: Mapping[tuple[str, str], str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
 
@@ -162,7 +176,11 @@ def queue_setup(
         flavor = next((w.flavors[r] for r in gpu if r in w.flavors), "")
         pool = flavor_pool.get(flavor, "") if w.admitted_at is not None else ""
         replicas = flavor_replicas.get(flavor, 1)
-        stopped = [t for t in (w.finished_at, w.evicted_at) if t is not None]
+        # It stops holding quota when it finishes, or is evicted after it was admitted (a workload
+        # evicted and queued again shows no admission: it waits, and holds nothing).
+        stopped = [w.finished_at] if w.finished_at is not None else []
+        if w.admitted_at is not None and w.evicted_at is not None and w.evicted_at >= w.admitted_at:
+            stopped.append(w.evicted_at)
         workload_rows.append(
             {
                 "namespace": w.namespace,
@@ -178,8 +196,14 @@ def queue_setup(
                 "preemptions": w.preemptions,
             }
         )
+    messages = {
+        (w.namespace, w.owner_name): w.pending_message
+        for w in kueue.workloads
+        if w.owner_kind == "Pod" and w.status == "pending" and w.pending_message
+    }
     return QueueSetup(
         installed=True,
+        admission_messages=messages,
         quotas=_frame(quota_rows, QUEUE_QUOTAS.columns),
         workloads=_frame(workload_rows, QUEUE_WORKLOADS.columns),
         local_queues=local,
@@ -224,11 +248,13 @@ class QueueTables:
     installed: bool
     queues: pd.DataFrame  # QUEUE_COLUMNS: one row per LocalQueue (or ClusterQueue without one)
     usage: pd.DataFrame  # QUEUE_USAGE on the window's queue grid: borrowing and lending over time
+    states: pd.DataFrame  # QUEUE_STATE_COLUMNS on that grid: pending and admitted workloads, oldest wait
     step_seconds: int  # that grid's step
     waits: pd.DataFrame  # namespace, queue, team, wait_seconds, state (admitted | pending): each wait
     fairness: pd.DataFrame  # FAIRNESS
     blocked_vs_idle: pd.DataFrame  # BLOCKED_VS_IDLE
     reclaim: pd.DataFrame  # RECLAIM_CANDIDATES
+    admission_messages: Mapping[tuple[str, str], str] = field(default_factory=dict)  # QueueSetup's
     warnings: tuple[str, ...] = ()
 
 
@@ -246,7 +272,7 @@ def queue_tables(
     prices: pd.DataFrame,
     workloads: pd.DataFrame,
     pending: pd.DataFrame,
-    reclaim_after_seconds: float = RECLAIM_AFTER_SECONDS,
+    reclaim_after_seconds: float,
 ) -> QueueTables:
     """A window's queue tables.
 
@@ -278,15 +304,18 @@ def queue_tables(
     nominal_hours = usage.assign(nominal_gpu_hours=usage["nominal_gpus"] * step / 3600.0)
     quota_hours = TEAM_QUOTA_HOURS.check(_summed(nominal_hours, "nominal_gpu_hours"))
     fair = fairness(allocated, quota_hours) if setup.installed else FAIRNESS.empty()
+    rows = _queue_rows(setup, summary, waits)
     return QueueTables(
         installed=setup.installed,
-        queues=_queue_rows(setup, summary, waits),
+        queues=rows,
         usage=QUEUE_USAGE.check(usage),
+        states=queue_states(setup.workloads, rows, grid, step, end=end),
         step_seconds=step,
         waits=_each_wait(setup.workloads, window),
         fairness=fair,
         blocked_vs_idle=BLOCKED_VS_IDLE.check(blocked),
         reclaim=RECLAIM_CANDIDATES.check(reclaim),
+        admission_messages=setup.admission_messages,
         warnings=setup.warnings,
     )
 
@@ -357,6 +386,76 @@ def _queue_rows(setup: QueueSetup, summary: pd.DataFrame, waits: pd.DataFrame) -
     rows[hours] = rows[hours].fillna(0.0)  # a queue with no GPU quota: none used, borrowed or reserved
     out: pd.DataFrame = rows[list(QUEUE_COLUMNS)]
     return out.sort_values(["cluster_queue", "namespace", "queue"], ignore_index=True)
+
+
+def queue_states(
+    workloads: pd.DataFrame,
+    queues: pd.DataFrame,
+    grid: pd.DatetimeIndex,
+    step_seconds: float,
+    *,
+    end: datetime | None = None,
+) -> pd.DataFrame:
+    """QUEUE_STATE_COLUMNS: per queue and grid sample t, its workloads as of the end of the sample's
+    interval, e = min(t + step, end) (at the last sample: the window's end, as the queue table counts).
+
+    pending_workloads: created before e, neither admitted nor finished by e (wait_stats' pending, so
+    the last sample's count is the queue table's pending_workloads); admitted_workloads: admitted and
+    not stopped (finished or evicted) by e, i.e. holding quota; oldest_pending_seconds: e − the
+    earliest created_at of those pending, NaN when none is. Times compare as wait_stats' do (NaT:
+    never). workloads: QUEUE_WORKLOADS; queues: namespace, queue, cluster_queue, team of each queue
+    (the queue table's rows): each gets a row per sample (counts 0 when it has no workload), and so
+    does any (namespace, queue) only a workload names, with that workload's cluster queue and team.
+    Sorted by cluster_queue, namespace, queue, timestamp.
+    """
+    QUEUE_WORKLOADS.check(workloads)
+    keys = ["namespace", "queue", "cluster_queue", "team"]
+    named = queues[keys].astype("str")
+    extra = workloads[keys].astype("str").drop_duplicates(["namespace", "queue"], keep="last")
+    known = pd.MultiIndex.from_frame(named[["namespace", "queue"]])
+    extra = extra[~pd.MultiIndex.from_frame(extra[["namespace", "queue"]]).isin(known)]
+    rows = pd.concat([named, extra], ignore_index=True).drop_duplicates(["namespace", "queue"])
+    rows = rows.sort_values(["cluster_queue", "namespace", "queue"], ignore_index=True)
+    times = np.asarray(pd.DatetimeIndex(grid).as_unit("ns").asi8, dtype=np.int64)
+    ends = times + round(step_seconds * 1e9)
+    if end is not None:
+        ends = np.minimum(ends, pd.Timestamp(utc(end)).as_unit("ns").value)
+    n, r = len(ends), len(rows)
+    pending = np.zeros((r, n))
+    admitted = np.zeros((r, n))
+    oldest = np.full((r, n), -1.0)
+    if n and r and len(workloads):
+        index = pd.MultiIndex.from_frame(rows[["namespace", "queue"]])
+        owner = index.get_indexer(pd.MultiIndex.from_frame(workloads[["namespace", "queue"]].astype("str")))
+        created, admitted_at, finished = (
+            _ns_or_never(workloads[c]) for c in ("created_at", "admitted_at", "finished_at")
+        )
+        # Alive at some sample: created before the last end, not stopped before the first.
+        alive = np.flatnonzero((created < ends[-1]) & ~(finished < ends[0]))
+        for chunk in np.array_split(alive, max(1, math.ceil(len(alive) / _STATE_CHUNK))):
+            c, a, f = created[chunk, None], admitted_at[chunk, None], finished[chunk, None]
+            stopped = f < ends
+            waiting = (c < ends) & ~(a < ends) & ~stopped
+            np.add.at(pending, owner[chunk], waiting)
+            np.add.at(admitted, owner[chunk], (a < ends) & ~stopped)
+            np.maximum.at(oldest, owner[chunk], np.where(waiting, (ends - c) / 1e9, -1.0))
+    out = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(np.tile(times, r), utc=True),
+            **{k: np.repeat(rows[k].to_numpy(dtype=object), n) for k in keys},
+            "pending_workloads": pending.ravel().astype("int64"),
+            "admitted_workloads": admitted.ravel().astype("int64"),
+            "oldest_pending_seconds": np.where(oldest < 0, np.nan, oldest).ravel(),
+        }
+    )
+    return out.astype({k: "str" for k in keys})[list(QUEUE_STATE_COLUMNS)]
+
+
+def _ns_or_never(times: "pd.Series[Any]") -> npt.NDArray[np.int64]:
+    """Epoch ns of UTC times, NaT as the largest int64: never happened, so `t < e` is False for it."""
+    values = pd.to_datetime(times, utc=True)
+    ns = np.asarray(pd.DatetimeIndex(values).as_unit("ns").asi8, dtype=np.int64)
+    return np.where(values.isna().to_numpy(), np.iinfo(np.int64).max, ns)
 
 
 def _each_wait(workloads: pd.DataFrame, window: Window) -> pd.DataFrame:

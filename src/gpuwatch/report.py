@@ -134,6 +134,9 @@ _DECIMALS_BY_SUFFIX = (
     ("_usd", 2),
     ("_ratio", 4),
     ("_ge", 3),
+    ("_seconds", 1),
+    ("_gpus", 3),
+    ("_share", 4),
 )
 _DECIMALS_BY_NAME = {
     "efficiency": 4,
@@ -330,6 +333,7 @@ def render_table(report: Report, *, group_by: str = "team", top: int = 15, sourc
     text = tuple(i for i, c in enumerate(columns) if i == 0 or c in _TEXT_COLUMNS)
     out += _aligned(columns, [[_fmt(r.get(c), _kind(c)) for c in columns] for r in rows], text=text)
     out += _pending_lines(report["pending"], top=top)
+    out += _queue_lines(report)
     coverage = report["coverage"]
     expected = coverage["gpu_samples_expected"]
     out += [
@@ -359,6 +363,51 @@ def _pending_lines(pending: list[dict[str, Any]], *, top: int) -> list[str]:
     ]
     headers = ["pending GPU pod", "GPUs", "pool", "waiting", "blocked_by", "reason"]
     return ["", f"{len(pending)} GPU pod(s) pending", *_aligned(headers, rows, text=(0, 2, 4, 5))]
+
+
+def _queue_lines(report: Report) -> list[str]:
+    """Kueue's queues (when installed) and each pool's pending demand beside its idle GPUs."""
+    out: list[str] = []
+    if report.get("queues"):
+        rows = [
+            [
+                q["queue"],
+                q["cohort"] or "-",
+                q["team"],
+                _fmt(q["nominal_gpus"]),
+                _fmt(q["borrowed_gpu_hours"]),
+                _fmt(q["lent_gpu_hours"]),
+                str(q["pending_workloads"]),
+                "n/a" if q["wait_seconds_p95"] is None else f"{q['wait_seconds_p95'] / 3600:.2f} h",
+                _fmt(q["reserved_unused_usd"], "usd"),
+            ]
+            for q in report["queues"]
+        ]
+        headers = [
+            "queue",
+            "cohort",
+            "team",
+            "nominal",
+            "borrowed GPU-h",
+            "lent GPU-h",
+            "pending",
+            "wait p95",
+            "unused quota $",
+        ]
+        out += ["", *_aligned(headers, rows, text=(0, 1, 2))]
+    blocked = [b for b in report.get("blocked_vs_idle", []) if b["pending_gpus"] > 0]
+    if blocked:
+        rows = [
+            [
+                b["pool"] or "any",
+                _fmt(b["pending_gpus"]),
+                _fmt(b["idle_allocated_gpus"]),
+                b["idle_holders"] or "-",
+            ]
+            for b in blocked
+        ]
+        out += ["", *_aligned(["pool", "GPUs pending", "GPUs idle-allocated", "held by"], rows, text=(0, 3))]
+    return out
 
 
 def _low_coverage(report: Report) -> list[str]:
@@ -511,6 +560,7 @@ def history_queues(history: History, queues: QueueSetup | None) -> QueueTables:
         prices=history.prices,
         workloads=history.tables["workload"],
         pending=history.pending,
+        reclaim_after_seconds=history.settings.idle.reclaim_after_seconds,
     )
 
 
@@ -618,7 +668,7 @@ def report_from_tables(
                 "pool": str(r["pool"]),
                 "waiting_seconds": max(0.0, float(r["waiting_seconds"])),
                 "blocked_by": str(r["blocked_by"]),
-                "reason": str(r["reason"]),
+                "reason": _reason(r, queues),
                 "scheduler_message": str(r["scheduler_message"]),
                 "node_affinity": str(r["node_affinity"]),
                 "tolerations": str(r["tolerations"]),
@@ -647,6 +697,16 @@ def report_from_tables(
             "warnings": list(coverage.warnings) + list(queues.warnings if queues is not None else ()),
         },
     }
+
+
+def _reason(pending: Mapping[Any, Any], queues: QueueTables | None) -> str:
+    """Why a pending pod waits; for one Kueue holds back, in Kueue's own words when its Workload says."""
+    message = (queues.admission_messages if queues is not None else {}).get(
+        (str(pending["namespace"]), str(pending["pod"]))
+    )
+    if pending["blocked_by"] == "quota" and message:
+        return f"Kueue has not admitted it: {message}"
+    return str(pending["reason"])
 
 
 def _queue_sections(queues: QueueTables | None) -> dict[str, Any]:

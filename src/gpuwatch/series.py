@@ -14,6 +14,7 @@ from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES
 
 if TYPE_CHECKING:  # the service layer imports this module; only the type flows back
     from gpuwatch.analysis import Analysis
+    from gpuwatch.queues import QueueTables
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,10 @@ class Family:
 
 
 PENDING_POD_LABELS = ("namespace", "pod", "team", "pool")
+QUEUE_POOL_LABELS = ("cluster_queue", "cohort", "team", "pool")
+QUEUE_LABELS = ("namespace", "queue", "cluster_queue", "team")
+# Unused quota below this (GE) is the float noise of summed GE shares (3/7 + 4/7 − 1), not quota.
+_QUOTA_NOISE_GE = 1e-9
 HELP = {
     "gpuwatch_pod_gpu_allocation": "GPU-equivalents the pod holds.",
     "gpuwatch_pod_gpu_idle": "GPU-equivalents of the pod that are idle-allocated (SPEC idle rule).",
@@ -70,16 +75,27 @@ HELP = {
     "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
     "gpuwatch_pending_pod_info": "Why the pending GPU pod waits, in words, and what it asks of a node (1).",
     "gpuwatch_pool_tainted_nodes": "Nodes of the pool carrying the taint.",
+    "gpuwatch_queue_nominal_gpus": "Nominal Kueue quota of the ClusterQueue in the pool (GE).",
+    "gpuwatch_queue_used_gpus": "GE of the ClusterQueue's admitted workloads in the pool.",
+    "gpuwatch_queue_borrowed_gpus": "GE the ClusterQueue uses above its nominal quota in the pool.",
+    "gpuwatch_queue_lent_gpus": "GE of the ClusterQueue's unused quota its cohort borrows (pro rata).",
+    "gpuwatch_queue_workloads": "Kueue workloads of the LocalQueue: pending, or admitted and holding quota.",
+    "gpuwatch_queue_oldest_pending_seconds": "How long the LocalQueue's longest-pending workload has waited.",
+    "gpuwatch_queue_reserved_unused_usd_per_hour": "Unused nominal quota of the ClusterQueue x its price.",
     "gpuwatch_build_info": "gpuwatch build information.",
     "gpuwatch_source_up": "1 when the last read of the source succeeded.",
 }
 
 
-def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Family]:
+def published_series(
+    analysis: "Analysis", *, last_only: bool = True, queues: "QueueTables | None" = None
+) -> list[Family]:
     """Every gpuwatch_* family of docs/metrics.md (but the self-monitoring ones) for the analysis.
 
     last_only: the values at the window's last sample, as `gpuwatch export` publishes them each cycle;
-    else one sample per analysis sample (a `timestamp` column), for backfilling history.
+    else one sample per analysis sample (a `timestamp` column), for backfilling history. queues: the
+    window's queue tables (analysis_queues); with Kueue installed, the gpuwatch_queue_* families too, at
+    the queue grid's last sample (or at each of its samples).
     """
     marked = analysis.marked
     by_node = analysis.by_node
@@ -372,6 +388,8 @@ def published_series(analysis: "Analysis", *, last_only: bool = True) -> list[Fa
             tainted.astype({"value": "float64"}),
         )
     )
+    if queues is not None and queues.installed:
+        families += _queue_families(analysis, queues, last_only=last_only)
     if analysis.energy is not None:
         families += _energy_families(analysis, last_only=last_only)
     budgets = analysis.settings.budgets
@@ -450,6 +468,43 @@ def _energy_families(analysis: "Analysis", *, last_only: bool) -> list[Family]:
             summed(energy, ["pool"], "usd_per_hour"),
         ),
     ]
+
+
+def _queue_families(analysis: "Analysis", queues: "QueueTables", *, last_only: bool) -> list[Family]:
+    """Kueue's quota per ClusterQueue and pool (nominal, used, borrowed, lent, and the unused nominal
+    quota's cost rate at the pool's price in force), and per LocalQueue its pending and admitted
+    workloads and its oldest pending wait (absent while nothing waits)."""
+    usage, states = queues.usage, queues.states
+    if last_only:
+        usage = usage[usage["timestamp"] == usage["timestamp"].max()] if len(usage) else usage
+        states = states[states["timestamp"] == states["timestamp"].max()] if len(states) else states
+    families = []
+    for column in ("nominal_gpus", "used_gpus", "borrowed_gpus", "lent_gpus"):
+        name = f"gpuwatch_queue_{column}"
+        families.append(Family(name, HELP[name], QUEUE_POOL_LABELS, usage.rename(columns={column: "value"})))
+    unused = (usage["nominal_gpus"] - usage["used_gpus"]).to_numpy(dtype=np.float64)
+    unused = np.where(unused > _QUOTA_NOISE_GE, unused, np.where(np.isnan(unused), np.nan, 0.0))
+    price = analysis.rates.at(usage["pool"], usage["timestamp"])
+    # No unused quota costs nothing, whatever the price (known or not); unknown use stays unknown.
+    reserved = usage.assign(value=np.where(unused == 0.0, 0.0, unused * price))
+    name = "gpuwatch_queue_reserved_unused_usd_per_hour"
+    families.append(Family(name, HELP[name], QUEUE_POOL_LABELS, reserved))
+    workloads = states.melt(
+        id_vars=["timestamp", *QUEUE_LABELS],
+        value_vars=["pending_workloads", "admitted_workloads"],
+        var_name="state",
+        value_name="value",
+    )
+    workloads["state"] = workloads["state"].str.removesuffix("_workloads")
+    name = "gpuwatch_queue_workloads"
+    families.append(
+        Family(name, HELP[name], (*QUEUE_LABELS, "state"), workloads.astype({"value": "float64"}))
+    )
+    name = "gpuwatch_queue_oldest_pending_seconds"
+    families.append(
+        Family(name, HELP[name], QUEUE_LABELS, states.rename(columns={"oldest_pending_seconds": "value"}))
+    )
+    return families
 
 
 def _pools(analysis: "Analysis") -> set[str]:

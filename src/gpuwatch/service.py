@@ -3,6 +3,7 @@ cache per window."""
 
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -11,11 +12,11 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from gpuwatch.analysis import Analysis, analyze
+from gpuwatch.analysis import Analysis, analysis_queues, analyze
 from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, KubernetesError
 from gpuwatch.model import KueueState, TeamRules, Window
-from gpuwatch.queues import QueueSetup, no_queues, queue_setup
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_setup
 from gpuwatch.sources.clustercache import ClusterCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
@@ -33,6 +34,8 @@ from gpuwatch.sources.simulated.demo import demo_end as demo_end
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 from gpuwatch.sources.simulated.kueueobjects import KUEUE_VERSIONS, kueue_objects
 from gpuwatch.sources.simulated.source import SimulatedSource
+
+QUEUE_READ_SECONDS = 60.0  # Kueue's objects are listed again after this long (no watch on them yet)
 
 
 class Closable(Protocol):
@@ -213,6 +216,7 @@ class FleetService:
         self._cache: dict[tuple[datetime, datetime, int], Analysis] = {}
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._queues: tuple[float, QueueSetup] | None = None  # (monotonic time read, setup)
 
     @classmethod
     def demo(
@@ -285,7 +289,17 @@ class FleetService:
 
     def queue_setup(self) -> QueueSetup:
         """Kueue's queues in gpuwatch's terms (no_queues() without Kueue); a cluster whose Kueue cannot be
-        read has none either, and a warning says why."""
+        read has none either, and a warning says why. Read at most every QUEUE_READ_SECONDS: quota and
+        workloads change by the minute, and the exporter asks every cycle."""
+        with self._lock:
+            if self._queues is not None and time.monotonic() - self._queues[0] < QUEUE_READ_SECONDS:
+                return self._queues[1]
+        setup = self._read_queue_setup()
+        with self._lock:
+            self._queues = (time.monotonic(), setup)
+        return setup
+
+    def _read_queue_setup(self) -> QueueSetup:
         try:
             kueue = self.sources.kueue_state()
             if not kueue.installed:
@@ -299,3 +313,9 @@ class FleetService:
             rules=self.settings.teams,
             namespace_labels={n.name: n.labels for n in state.namespaces},
         )
+
+    def queues(self, analysis: Analysis) -> QueueTables | None:
+        """The queue tables of the analysis' window (what `gpuwatch export` publishes as gpuwatch_queue_*);
+        None without Kueue, so a cluster without it pays nothing for them."""
+        setup = self.queue_setup()
+        return analysis_queues(analysis, setup) if setup.installed else None

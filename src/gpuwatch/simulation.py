@@ -52,7 +52,14 @@ def history_families(service: FleetService, chunk: Window) -> list[Family]:
     reach = math.ceil(service.settings.idle.window_seconds / chunk.step_seconds) * step + step
     first = max(service.history_start() or chunk.start, chunk.start - reach)
     analysis = service.analysis(replace(chunk, start=first))
-    return published_series(_analysis_since(analysis, chunk.start), last_only=False)
+    queues = service.queues(analysis)
+    if queues is not None:  # the queue grid's samples from the chunk's start on, as the analysis' below
+        since = pd.Timestamp(chunk.start)
+        usage, states = queues.usage, queues.states
+        queues = replace(
+            queues, usage=usage[usage["timestamp"] >= since], states=states[states["timestamp"] >= since]
+        )
+    return published_series(_analysis_since(analysis, chunk.start), last_only=False, queues=queues)
 
 
 def _analysis_since(analysis: "Analysis", start: datetime) -> "Analysis":

@@ -52,12 +52,32 @@ def test_the_demo_report_holds_every_state(reports: dict[str, dict[str, Any]], s
     assert blocked["taint"]["reason"].endswith("(dedicated=llm-training:NoSchedule)")
     assert "node(s) had untolerated taint {dedicated: llm-training}" in blocked["taint"]["scheduler_message"]
     assert blocked["mig_profile"]["reason"].endswith("(nvidia.com/mig-7g.80gb)")
-    assert (
-        blocked["quota"]["reason"]
-        == "Kueue has not admitted it in queue search-queue: its queue's quota is in use"
+    # Kueue's own words, from the Workload of the pod it gates.
+    assert blocked["quota"]["reason"] == (
+        "Kueue has not admitted it: couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor l4, 2 more needed"
     )
     assert blocked["quota"]["scheduler_message"] == "Scheduling is blocked due to non-empty scheduling gates"
     assert blocked["taint"]["tolerations"] == "nvidia.com/gpu:NoSchedule op=Exists"
+    # Kueue: two cohorts, a queue borrowing (genai) from the queues lending to it, a starved queue
+    # (robotics: workloads waiting, none admitted), a preemption, and unused quota priced.
+    assert report["kueue"] == {"installed": True}
+    queues = {q["queue"]: q for q in report["queues"]}
+    assert {q["cohort"] for q in queues.values()} == {"research", "serving", ""}
+    genai = queues["genai-queue"]
+    assert genai["borrowed_gpu_hours"] > 0 and genai["preemptions"] >= 1
+    lent = sum(q["lent_gpu_hours"] for q in queues.values() if q["cohort"] == "research")
+    assert lent == pytest.approx(genai["borrowed_gpu_hours"])  # borrowed in cohort research, lent in it
+    starved = queues["robotics-queue"]
+    assert starved["pending_workloads"] >= 2 and starved["admitted_workloads"] == 0
+    assert starved["wait_seconds_max"] >= 5 * 3600
+    assert all(q["reserved_unused_usd"] is not None for q in queues.values())
+    assert {f["team"] for f in report["fairness"] if f["fairness_ratio"] is not None} >= {
+        "genai",
+        "llm-research",
+    }
+    assert any(b["pending_gpus"] > 0 and b["idle_allocated_gpus"] > 0 for b in report["blocked_vs_idle"])
+    assert report["reclaim_candidates"]
     h100 = next(p for p in report["pools"] if p["pool"] == "NVIDIA-H100-80GB-HBM3")
     assert h100["taints"] == (
         "dedicated=llm-training:NoSchedule (4 of 4 nodes), nvidia.com/gpu=present:NoSchedule (4 of 4 nodes)"

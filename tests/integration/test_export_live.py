@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
 from gpuwatch.exporter import ExportLoop, GpuwatchCollector
 from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.sources import promql
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import PROMTOOL, PrometheusFactory, free_port
 
@@ -72,6 +73,10 @@ def test_live_exporter_publishes_what_the_demo_exporter_does(
     demo_text = _exposition(demo)
     assert "gpuwatch_pod_gpu_framebuffer_used_bytes{" in demo_text
     assert "gpuwatch_pod_gpu_power_watts{" in demo_text
+    # ... and Kueue's queues (the demo has Kueue, borrowing in cohort "research"): every queue family.
+    for name in promql.FAMILY_LABELS:
+        if name.startswith("gpuwatch_queue_"):
+            assert f"\n{name}{{" in demo_text, name
     for text in (_exposition(live), demo_text):
         lint = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
         assert (lint.returncode, lint.stdout + lint.stderr) == (0, "")

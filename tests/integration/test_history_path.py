@@ -452,3 +452,28 @@ def test_cli_source_history_and_its_absence(
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1
     assert "holds no gpuwatch_* series from 2026-01-01T00:00:00Z" in missing.stderr
+
+
+def test_queues_agree(fleet: SimulatedFleet, settings: Settings) -> None:
+    """Kueue's queues over the window, from the API server's objects on both paths, priced at the prices
+    each path charges: the same rows, fairness, blocked demand and reclaim candidates, and the same
+    words for the pod Kueue holds back."""
+    service = FleetService(settings=settings, sources=LiveSources(settings))
+    setup = service.queue_setup()
+    raw = build_report(service.analysis(fleet.window), queues=setup)
+    history = build_history_report(read_history(settings, fleet.window), queues=setup)
+    assert raw["kueue"] == history["kueue"] == {"installed": True}
+    for section, keys in (
+        ("queues", ("namespace", "queue")),
+        ("fairness", ("team",)),
+        ("blocked_vs_idle", ("pool",)),
+        ("reclaim_candidates", ("namespace", "pod")),
+    ):
+        got, expected = _rows(history, section, *keys), _rows(raw, section, *keys)
+        assert got.keys() == expected.keys() and expected, section
+        for key, row in expected.items():
+            _same_row(got[key], row, rel=REL)
+    assert any(q["borrowed_gpu_hours"] > 0 for q in raw["queues"])
+    quota = [(p["pod"], p["reason"]) for p in history["pending"] if p["blocked_by"] == "quota"]
+    assert quota == [(p["pod"], p["reason"]) for p in raw["pending"] if p["blocked_by"] == "quota"]
+    assert quota and "insufficient unused quota" in quota[0][1]

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration
@@ -114,3 +115,30 @@ def test_prometheus_down_exits_3_with_one_line(fleet: SimulatedFleet, kubeconfig
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("gpuwatch: error: prometheus at http://127.0.0.1:9 unreachable")
+
+
+@pytest.mark.parametrize("kueue", ["absent", "forbidden"])
+def test_a_cluster_without_readable_kueue_reports_everything_else(
+    kueue: str, fleet: SimulatedFleet, prometheus_factory: PrometheusFactory, tmp_path: Path
+) -> None:
+    """No Kueue: the report says so (kueue.installed false, no queue rows) and nothing else changes, no
+    warning. Kueue there but forbidden: the same report, and one coverage warning naming the RBAC."""
+    prom = prometheus_factory(fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True)
+    token = "integration-token"
+    options = {"kueue_versions": ()} if kueue == "absent" else {"forbidden": ["clusterqueues"]}
+    with KubeApiServer(fleet, token=token, **options) as server:
+        path = tmp_path / "kubeconfig"
+        write_kubeconfig(path, server_url=server.url, token=token, ca_pem=server.ca_pem)
+        report = _report(prom, str(path), fleet, "--source", "raw")
+    assert report["kueue"] == {"installed": False}
+    assert report["queues"] == [] and report["fairness"] == []
+    # Pending demand beside idle GPUs needs no Kueue; the gated pod still shows as waiting for quota.
+    assert any(b["pending_gpus"] > 0 for b in report["blocked_vs_idle"])
+    assert any(p["blocked_by"] == "quota" for p in report["pending"])
+    about_kueue = [w for w in report["coverage"]["warnings"] if "Kueue" in w or "kueue" in w]
+    if kueue == "absent":
+        assert about_kueue == []
+    else:
+        (warning,) = about_kueue
+        assert warning.startswith("Kueue not read: kubernetes: forbidden (403)")
+        assert "get/list/watch on clusterqueues" in warning

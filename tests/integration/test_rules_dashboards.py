@@ -113,7 +113,7 @@ def panel_queries() -> dict[str, str]:
     for path in sorted(DASHBOARDS.glob("*.json")):
         board = json.loads(path.read_text(encoding="utf-8"))
         for panel in board["panels"]:
-            for target in panel["targets"]:
+            for target in panel.get("targets", []):  # a row has none
                 key = f"{path.stem} / {panel['title']} / {target['refId']}"
                 assert key not in out, f"two panels titled {panel['title']!r} in {path.name}"
                 out[key] = target["expr"]

@@ -19,7 +19,7 @@ teams:
 pricing:
   default_usd_per_gpu_hour: 2.5
   products: {NVIDIA-H100-80GB-HBM3: 4.0, NVIDIA-L4: 0.8}
-idle: {threshold: 0.1, window: 1h}
+idle: {threshold: 0.1, window: 1h, reclaim_after: 90m}
 """
 
 
@@ -39,6 +39,7 @@ def test_defaults_without_any_layer() -> None:
     assert s.teams.pod_label_keys == ("team",)
     assert s.pricing.default_usd_per_gpu_hour == 2.0
     assert s.idle.threshold_ratio == 0.05 and s.idle.window_seconds == 1800
+    assert s.idle.reclaim_after_seconds == 7200
 
 
 def test_full_file(tmp_path: Path) -> None:
@@ -51,6 +52,7 @@ def test_full_file(tmp_path: Path) -> None:
     assert s.pricing.usd_per_gpu_hour("NVIDIA H100 80GB HBM3", NOW) == 4.0
     assert s.pricing.default_usd_per_gpu_hour == 2.5
     assert s.idle.threshold_ratio == 0.1 and s.idle.window_seconds == 3600
+    assert s.idle.reclaim_after_seconds == 5400
 
 
 def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 import io
 import os
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
 from gpuwatch.exporter import ExportLoop, GpuwatchCollector
 from gpuwatch.model import Budgets, DatedPrice, PriceBook, Window
+from gpuwatch.queues import QUEUE_STATE_COLUMNS, queue_states
 from gpuwatch.series import Family, published_series, write_openmetrics
 from gpuwatch.service import FleetService, SimulatedSources
+from gpuwatch.sources import promql
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
 
@@ -198,3 +201,115 @@ def test_budgets_from_the_config_are_published_for_the_idle_spend_alert(sources:
     idle = families["gpuwatch_team_idle_budget_usd_per_hour"].samples
     assert {s.labels["team"]: s.value for s in monthly} == {"research": 20_000.0}
     assert {s.labels["team"]: s.value for s in idle} == {"research": 5.0, "vision": 0.5}
+
+
+# -- Kueue queues (gpuwatch_queue_*) ------------------------------------------------------------------
+
+
+def test_queue_families_are_the_queue_tables_at_their_last_sample(sources: FlakySources) -> None:
+    """The exporter publishes each queue family with its documented labels; the values are those of the
+    window's queue tables at the last sample of their grid, the pending counts and oldest waits those of
+    the queue table (the window's end)."""
+    sources.broken = False
+    service = FleetService.demo(Settings(), sources.fleet)
+    loop = ExportLoop(service)
+    assert loop.run_once().error == ""
+    scraped = {f.name: f for f in text_string_to_metric_families(_scrape(loop))}
+    names = {n for n in promql.FAMILY_LABELS if n.startswith("gpuwatch_queue_")}
+    assert len(names) == 7
+    for name in names:
+        samples = scraped[name].samples
+        assert samples, name
+        assert {tuple(sorted(s.labels)) for s in samples} == {tuple(sorted(promql.FAMILY_LABELS[name]))}, name
+
+    window = Window(
+        start=datetime(2026, 11, 19, 23, tzinfo=UTC), end=datetime(2026, 11, 20, tzinfo=UTC), step_seconds=60
+    )
+    analysis = service.analysis(window)
+    queues = service.queues(analysis)
+    assert queues is not None and queues.installed
+    # Without Kueue (no tables, or tables of no Kueue) there is no queue family at all.
+    for absent in (None, replace(queues, installed=False)):
+        assert not names & {f.name for f in published_series(analysis, queues=absent)}
+    families = {f.name: f.samples for f in published_series(analysis, queues=queues)}
+    usage = queues.usage[queues.usage["timestamp"] == queues.usage["timestamp"].max()]
+    keys = ["cluster_queue", "pool"]
+    for column in ("nominal_gpus", "used_gpus", "borrowed_gpus", "lent_gpus"):
+        got = families[f"gpuwatch_queue_{column}"].set_index(keys)["value"].sort_index()
+        assert got.to_dict() == usage.set_index(keys)[column].sort_index().to_dict(), column
+    reserved = families["gpuwatch_queue_reserved_unused_usd_per_hour"].set_index(keys)["value"]
+    price = dict(zip(usage["pool"], analysis.rates.at(usage["pool"], usage["timestamp"]), strict=True))
+    for (cq, pool), nominal, used in zip(
+        zip(usage["cluster_queue"], usage["pool"], strict=True),
+        usage["nominal_gpus"],
+        usage["used_gpus"],
+        strict=True,
+    ):
+        assert reserved[(cq, pool)] == pytest.approx(max(0.0, nominal - used) * price[pool]), cq
+
+    workloads = families["gpuwatch_queue_workloads"]
+    pending = workloads[workloads["state"] == "pending"].set_index(["namespace", "queue"])["value"]
+    rows = queues.queues.set_index(["namespace", "queue"])
+    assert pending.to_dict() == rows["pending_workloads"].astype(float).to_dict()
+    waits = (
+        queues.waits[queues.waits["state"] == "pending"].groupby(["namespace", "queue"])["wait_seconds"].max()
+    )
+    oldest = families["gpuwatch_queue_oldest_pending_seconds"].set_index(["namespace", "queue"])["value"]
+    assert len(oldest) > 0 and oldest.to_dict() == waits.to_dict()
+    # Admitted: the workloads holding quota at the window's end.
+    held = queues_holding(service, window.end)
+    admitted = workloads[workloads["state"] == "admitted"].set_index(["namespace", "queue"])["value"]
+    assert {k: v for k, v in admitted.items() if v} == held
+
+
+def queues_holding(service: FleetService, at: datetime) -> dict[tuple[str, str], float]:
+    w = service.queue_setup().workloads
+    at_ = pd.Timestamp(at)
+    holding = (w["admitted_at"] < at_) & ~(w["finished_at"] < at_)
+    return {k: float(n) for k, n in w[holding].groupby(["namespace", "queue"]).size().items()}
+
+
+def test_queue_states_count_each_workload_at_the_end_of_each_sample() -> None:
+    """Three samples a minute apart, each read at its interval's end (the last one capped at `end`)."""
+    t0 = pd.Timestamp("2026-11-20T00:00:00Z")
+    m = pd.Timedelta(minutes=1)
+    nat = pd.NaT
+    workloads = pd.DataFrame(
+        {
+            "namespace": ["ml", "ml", "ml", "cv"],
+            "workload": ["a", "b", "c", "d"],
+            "queue": ["q", "q", "q", "other"],
+            "cluster_queue": ["ml-cq", "ml-cq", "ml-cq", "cv-cq"],
+            "team": ["ml", "ml", "ml", "cv"],
+            "pool": ["H100", "H100", "", ""],
+            "gpus": [1.0, 2.0, 4.0, 1.0],
+            # a: admitted at 00:00:30, finishes at 00:02:00; b: waits from 23:50, admitted at 00:01:30;
+            # c: created at 00:00:30 and still waits; d: a queue only its workload names, waits from 00:02:10.
+            "created_at": [t0 - 5 * m, t0 - 10 * m, t0 + m / 2, t0 + 2 * m + pd.Timedelta(seconds=10)],
+            "admitted_at": [t0 + m / 2, t0 + 1.5 * m, nat, nat],
+            "finished_at": [t0 + 2 * m, nat, nat, nat],
+            "preemptions": [0, 0, 0, 0],
+        }
+    ).astype({"admitted_at": "datetime64[ns, UTC]", "finished_at": "datetime64[ns, UTC]"})
+    listed = pd.DataFrame(
+        {
+            "namespace": ["ml", ""],
+            "queue": ["q", "alone"],
+            "cluster_queue": ["ml-cq", "alone"],
+            "team": ["ml", "x"],
+        }
+    )
+    grid = pd.date_range(t0, periods=3, freq="60s")
+    states = queue_states(workloads, listed, grid, 60, end=t0 + 2.5 * m)
+    assert list(states.columns) == list(QUEUE_STATE_COLUMNS)
+    got = {
+        (r.queue, r.timestamp.minute): (r.pending_workloads, r.admitted_workloads, r.oldest_pending_seconds)
+        for r in states.itertuples()
+    }
+    assert got[("q", 0)] == (2, 1, 660.0)  # at 00:01: b (11 min) and c pending, a holding
+    assert got[("q", 1)] == (1, 2, 90.0)  # at 00:02: b admitted, a still holding (finishes at 00:02 exactly)
+    assert got[("q", 2)] == (1, 1, 120.0)  # at 00:02:30 (capped at end): a finished, c waits 2 min
+    assert got[("other", 2)] == (1, 0, 20.0)
+    assert np.isnan(got[("other", 0)][2]) and got[("other", 0)][:2] == (0, 0)
+    assert {q for q, _ in got} == {"q", "other", "alone"}
+    assert got[("alone", 1)][:2] == (0, 0)

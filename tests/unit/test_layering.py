@@ -23,8 +23,9 @@ ALLOWED = {
     "check": BASE | {"service", "analysis"},
     "health": BASE | {"service", "analysis", "analytics", "sources"},
     "simulation": BASE | {"service", "analysis", "series", "sources"},
-    # series renders an analysis as gpuwatch_* series for the service layer (Analysis type only back).
-    "series": BASE | {"analysis"},
+    # series renders an analysis (and its queue tables) as gpuwatch_* series for the service layer
+    # (the Analysis and QueueTables types only back).
+    "series": BASE | {"analysis", "queues"},
     # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service: the second
     # reader, whose sums go through the same pure analytics (right-sizing) as the raw path's samples.
     "history": BASE | {"sources", "analytics", "series", "analysis"},

@@ -128,20 +128,20 @@ WORKLOADS = workloads(
         holding("w1", "cq-a", H, 7.0, t(0), t(2)),  # holds at t0, t1 (not at t2: finished_at is exclusive)
         holding("w2", "cq-a", H, 2.0, t(1), NAT),  # holds from t1 on (admitted_at is inclusive)
         holding("w3", "cq-b", H, 1.0, t(-0.5), t(3)),  # holds at t0, t1, t2
-        holding("w4", "cq-solo", H, 3.0, t(0.5), NAT),  # holds at t1, t2, t3
+        holding("w4", "cq-solo", H, 3.0, t(0.5), NAT),  # half of t0 (1.5 GE on average), t1, t2, t3 whole
         holding("w5", "cq-a", L, 1.0, t(0), NAT),  # holds at every sample
         holding("w6", "cq-b", "", 4.0, NAT, NAT),  # pending: never admitted, holds nothing
         holding("w7", "cq-b", H, 5.0, t(-3), t(-1)),  # done before the window
-        holding("w8", "cq-c", H, 1.0, t(1.2), t(1.8)),  # between two samples: at none of them
+        holding("w8", "cq-c", H, 1.0, t(1.2), t(1.8)),  # 0.6 of sample t1: 0.6 GE on average there
     ]
 )
 # Per sample t0..t3:
 #   cq-a/H  used 7, 9, 2, 2 → borrowed 3, 5, 0, 0; unused 0, 0, 2, 2
 #   cq-a/L  used 1, 1, 1, 1 = nominal: no borrowing, nothing unused (Σ U of research/L = 0 → lent 0)
 #   cq-b/H  used 1, 1, 1, 0 → unused 3, 3, 3, 4
-#   cq-c/H  used 0 → unused 2, lendable U = min(2, limit 1) = 1
+#   cq-c/H  used 0, 0.6, 0, 0 → unused 2, 1.4, 2, 2, lendable U = min(unused, limit 1) = 1
 #   cq-p/H  used 0, unused 2, but cohort prod borrows nothing → lent 0
-#   cq-solo used 0, 3, 3, 3 → borrowed 0, 1, 1, 1 and, without a cohort, lends nothing (unused 2 at t0)
+#   cq-solo used 1.5, 3, 3, 3 → borrowed 0, 1, 1, 1 and, without a cohort, lends nothing (unused 0.5 at t0)
 # research/H: B = 3, 5, 0, 0; Σ U = 0 + 3 + 1 = 4 at t0 and t1.
 #   t0: lent_b = min(3, 3 × 3/4) = 2.25, lent_c = min(1, 3 × 1/4) = 0.75
 #   t1: B = 5 exceeds Σ U: lent_b = min(3, 5 × 3/4) = 3, lent_c = min(1, 5 × 1/4) = 1
@@ -150,9 +150,9 @@ USAGE_ROWS = [
     ("cq-a", "research", "alpha", H, 4.0, [7, 9, 2, 2], [3, 5, 0, 0], [0, 0, 0, 0]),
     ("cq-a", "research", "alpha", L, 1.0, [1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]),
     ("cq-b", "research", "beta", H, 4.0, [1, 1, 1, 0], [0, 0, 0, 0], [2.25, 3, 0, 0]),
-    ("cq-c", "research", "gamma", H, 2.0, [0, 0, 0, 0], [0, 0, 0, 0], [0.75, 1, 0, 0]),
+    ("cq-c", "research", "gamma", H, 2.0, [0, 0.6, 0, 0], [0, 0, 0, 0], [0.75, 1, 0, 0]),
     ("cq-p", "prod", "epsilon", H, 2.0, [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]),
-    ("cq-solo", "", "delta", H, 2.0, [0, 3, 3, 3], [0, 1, 1, 1], [0, 0, 0, 0]),
+    ("cq-solo", "", "delta", H, 2.0, [1.5, 3, 3, 3], [0, 1, 1, 1], [0, 0, 0, 0]),
 ]
 
 
@@ -183,13 +183,14 @@ def test_usage_borrowing_and_lending_pro_rata_per_cohort() -> None:
 
 
 def test_lending_limit_caps_what_a_queue_lends() -> None:
-    # Without cq-c's limit its U is 2: Σ U = 3 + 2 = 5. t0: B = 3 → cq-b 3 × 3/5 = 1.8, cq-c 3 × 2/5 = 1.2;
-    # t1: B = 5 = Σ U → cq-b 3, cq-c 2. (With the limit: 2.25/0.75 and 3/1, as above.)
+    # Without cq-c's limit its U is its unused: Σ U = 3 + 2 = 5 at t0: B = 3 → cq-b 3 × 3/5 = 1.8, cq-c
+    # 3 × 2/5 = 1.2; t1: U_c = 1.4, Σ U = 4.4 < B = 5 → cq-b min(3, 5 × 3/4.4) = 3, cq-c min(1.4, 1.59) = 1.4.
+    # (With the limit: 2.25/0.75 and 3/1, as above.)
     unlimited = QUOTAS.assign(lending_limit_gpus=NAN)
     out = queue_usage(WORKLOADS, unlimited, SAMPLES, STEP)
     lent = out.set_index(["cluster_queue", "timestamp"])["lent_gpus"]
     assert lent["cq-b"].tolist() == pytest.approx([1.8, 3.0, 0.0, 0.0])
-    assert lent["cq-c"].tolist() == pytest.approx([1.2, 2.0, 0.0, 0.0])
+    assert lent["cq-c"].tolist() == pytest.approx([1.2, 1.4, 0.0, 0.0])
 
 
 def test_queues_without_a_cohort_lend_nothing_to_each_other() -> None:
@@ -253,16 +254,17 @@ def test_summary_gpu_hours_and_reserved_unused_dollars_across_a_price_change() -
     # Hours are Σ GE × 1 h. Unused H100 quota is priced $4 at t0, t1 and $6 at t2, t3:
     #   cq-a/H  unused 0, 0, 2, 2 → 4 h, 2 × 6 + 2 × 6 = $24     cq-a/L nothing unused → $0
     #   cq-b/H  unused 3, 3, 3, 4 → 13 h, 12 + 12 + 18 + 24 = $66
-    #   cq-c/H and cq-p/H unused 2 each sample → 8 h, 8 + 8 + 12 + 12 = $40 (lending limit irrelevant)
-    #   cq-solo unused 2, 0, 0, 0 → 2 h, $8
+    #   cq-c/H  unused 2, 1.4, 2, 2 → 7.4 h, 8 + 5.6 + 12 + 12 = $37.6 (lending limit irrelevant)
+    #   cq-p/H  unused 2 each sample → 8 h, 8 + 8 + 12 + 12 = $40
+    #   cq-solo unused 0.5, 0, 0, 0 → 0.5 h, $2
     expected = summary_frame(
         [
             ("cq-a", "research", "alpha", H, 4.0, 20.0, 8.0, 0.0, 4.0, 24.0),
             ("cq-a", "research", "alpha", L, 1.0, 4.0, 0.0, 0.0, 0.0, 0.0),
             ("cq-b", "research", "beta", H, 4.0, 3.0, 0.0, 5.25, 13.0, 66.0),
-            ("cq-c", "research", "gamma", H, 2.0, 0.0, 0.0, 1.75, 8.0, 40.0),
+            ("cq-c", "research", "gamma", H, 2.0, 0.6, 0.0, 1.75, 7.4, 37.6),
             ("cq-p", "prod", "epsilon", H, 2.0, 0.0, 0.0, 0.0, 8.0, 40.0),
-            ("cq-solo", "", "delta", H, 2.0, 9.0, 3.0, 0.0, 2.0, 8.0),
+            ("cq-solo", "", "delta", H, 2.0, 10.5, 3.0, 0.0, 0.5, 2.0),
         ]
     )
     out = queue_summary(USAGE, STEP, RATES)
@@ -569,3 +571,12 @@ def test_empty_inputs_give_empty_frames_with_the_columns() -> None:
         IDLE_PODS.empty(), QUEUE_USAGE.empty(), [H], POOL_PRICES.empty(), as_of=AS_OF, min_idle_seconds=0.0
     )
     assert_frame_equal(out, RECLAIM_CANDIDATES.empty())
+
+
+def test_usage_is_each_samples_mean_so_hours_are_exact() -> None:
+    # 2 GPUs held over [t0 + 15 min, t2 + 30 min): a quarter of t0 missed, t1 whole, half of t2.
+    # Mean GE per sample 1.5, 2, 1, 0: Σ × 1 h = 4.5 GPU-hours = 2 GPUs × 2.25 h, exactly.
+    fleet = quotas([("cq-x", "", "x", H, 8.0, NAN)])
+    out = queue_usage(workloads([holding("v", "cq-x", H, 2.0, t(0.25), t(2.5))]), fleet, SAMPLES, STEP)
+    assert out["used_gpus"].tolist() == pytest.approx([1.5, 2.0, 1.0, 0.0])
+    assert float(out["used_gpus"].sum()) * STEP / 3600 == pytest.approx(2.0 * 2.25)

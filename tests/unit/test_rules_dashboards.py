@@ -151,6 +151,7 @@ def test_recording_rule_is_named_level_metric_operations(rule: dict[str, Any]) -
         "pool",
         "pool_state",
         "pool_blocked_by",
+        "cohort",
         "team",
         "team_state",
         "namespace",
@@ -192,6 +193,21 @@ def dashboards() -> list[Path]:
     return sorted(DASHBOARDS.glob("*.json"))
 
 
+def test_the_team_waste_dashboard_has_a_queues_row_of_every_queue_family() -> None:
+    board = json.loads((DASHBOARDS / "gpu-team-waste.json").read_text(encoding="utf-8"))
+    (row,) = [p for p in board["panels"] if p["type"] == "row"]
+    assert row["title"].startswith("Queues")
+    below = [p for p in board["panels"] if p["type"] != "row" and p["gridPos"]["y"] > row["gridPos"]["y"]]
+    read = {
+        name for p in below for t in p["targets"] for name in re.findall(r"gpuwatch_queue_[a-z_]+", t["expr"])
+    }
+    queue_families = {name for name in promql.FAMILY_LABELS if name.startswith("gpuwatch_queue_")}
+    assert read == queue_families
+    units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in below}
+    assert units["Oldest pending workload's wait per queue"] == "s"
+    assert units["Reserved-but-unused quota cost per team"] == "currencyUSD"
+
+
 def test_the_two_dashboards_exist() -> None:
     titles = {json.loads(p.read_text(encoding="utf-8"))["title"]: p.name for p in dashboards()}
     assert titles == {"GPU fleet health": "gpu-fleet-health.json", "GPU team waste": "gpu-team-waste.json"}
@@ -219,9 +235,15 @@ def test_dashboard_has_a_datasource_variable_and_label_values_filters(path: Path
 @pytest.mark.parametrize("path", dashboards(), ids=lambda p: p.name)
 def test_every_panel_has_a_unit_a_description_and_queries_the_chosen_datasource(path: Path) -> None:
     board = json.loads(path.read_text(encoding="utf-8"))
-    panels = board["panels"]
-    assert len({p["id"] for p in panels}) == len(panels)
-    assert len({p["title"] for p in panels}) == len(panels), "panel titles are unique"
+    everything = board["panels"]
+    assert len({p["id"] for p in everything}) == len(everything)
+    assert len({p["title"] for p in everything}) == len(everything), "panel titles are unique"
+    # Rows only head the panels below them: full width, open, queries of their own none.
+    for row in (p for p in everything if p["type"] == "row"):
+        assert row["title"] and not row["collapsed"] and row["panels"] == [], row["title"]
+        assert row["gridPos"] == {"h": 1, "w": 24, "x": 0, "y": row["gridPos"]["y"]}
+        assert "targets" not in row
+    panels = [p for p in everything if p["type"] != "row"]
     variables = {v["name"] for v in board["templating"]["list"]}
     for p in panels:
         assert p["fieldConfig"]["defaults"]["unit"], p["title"]
@@ -260,7 +282,7 @@ def test_every_gpuwatch_series_read_is_one_docs_metrics_md_documents() -> None:
     exprs = [r["expr"] for r in rules("expr")]
     for path in dashboards():
         board = json.loads(path.read_text(encoding="utf-8"))
-        exprs += [t["expr"] for p in board["panels"] for t in p["targets"]]
+        exprs += [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
         exprs += [v["definition"] for v in board["templating"]["list"] if v["type"] == "query"]
     read = {name for e in exprs for name in re.findall(r"(?<![:\w])gpuwatch_[a-z_]+", e)}
     assert read <= documented, read - documented

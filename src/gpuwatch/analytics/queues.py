@@ -53,8 +53,9 @@ def queue_usage(
     increasing and step_seconds apart (checked: queue_summary multiplies each sample by the step).
     The number of rows is queues × pools × samples, so callers pick a coarse step.
 
-    A workload holds its cluster queue's quota in its pool at sample t when admitted_at ≤ t < finished_at
-    (NaT finished = still holding). used_gpus = Σ gpus of the workloads holding.
+    A workload holds its cluster queue's quota in its pool over [admitted_at, finished_at) (NaT finished:
+    still holding). Sample t stands for [t, t + step) (SPEC §3): used_gpus = the mean over it of the GE
+    held, Σ gpus × the share of the sample each workload held it, so Σ used × step is exact.
     borrowed_gpus = max(0, used − nominal).
     Lending is per (cohort, pool) at each t: B = Σ borrowed over the cohort's queues; each queue's
     lendable unused U_q = max(0, nominal − used), capped at lending_limit_gpus when given;
@@ -75,7 +76,7 @@ def queue_usage(
     pairs = _queue_pools(quotas, held)
     if not len(times) or not len(pairs):
         return QUEUE_USAGE.empty()
-    used = _held_gpus(held, pairs, times)
+    used = _held_gpus(held, pairs, times, step_seconds)
     nominal = pairs["nominal_gpus"].to_numpy(dtype=np.float64)[:, None]
     limit = pairs["lending_limit_gpus"].to_numpy(dtype=np.float64)[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -145,32 +146,54 @@ def _queue_pools(quotas: pd.DataFrame, held: pd.DataFrame) -> pd.DataFrame:
     return pairs.sort_index().reset_index().astype({"quoted": "bool"})
 
 
-def _held_gpus(held: pd.DataFrame, pairs: pd.DataFrame, times: pd.DatetimeIndex) -> Floats:
-    """(pairs × samples) Σ gpus holding: +gpus at the first sample ≥ admitted_at, −gpus at the first
-    sample ≥ finished_at, summed along time; NaN where a holder's gpus are unknown."""
+def _held_gpus(
+    held: pd.DataFrame, pairs: pd.DataFrame, times: pd.DatetimeIndex, step_seconds: float
+) -> Floats:
+    """(pairs × samples) the mean GE held over each sample [t, t + step): a workload holding over
+    [admitted_at, finished_at) adds its gpus × the share of the sample it overlaps (a difference array
+    for the samples it covers whole, the two partial ones added apart); NaN where a holder with unknown
+    gpus overlaps the sample."""
     n = len(times)
     index = pd.MultiIndex.from_frame(pairs[["cluster_queue", "pool"]])
     row = index.get_indexer(pd.MultiIndex.from_frame(held[["cluster_queue", "pool"]].astype("str")))
-    grid = times.asi8
-    begin = np.searchsorted(grid, _epoch_ns(held["admitted_at"]), side="left")
+    start_ns, step_ns = int(times.asi8[0]), step_seconds * 1e9
+    admitted = (_epoch_ns(held["admitted_at"]) - start_ns) / step_ns
     finished = held["finished_at"].isna().to_numpy()
-    end = np.where(finished, n, np.searchsorted(grid, _epoch_ns(held["finished_at"]), side="left"))
+    ended = (_epoch_ns(held["finished_at"].fillna(held["admitted_at"])) - start_ns) / step_ns
+    # Positions in samples, clipped to the grid [0, n]: a workload admitted before it starts at 0.
+    begin = np.clip(admitted, 0.0, n)
+    end = np.clip(np.where(finished, n, ended), 0.0, n)
     end = np.maximum(begin, end)  # finished before admitted: never held
+    first, last = np.floor(begin).astype(np.int64), np.floor(end).astype(np.int64)
     gpus = held["gpus"].to_numpy(dtype=np.float64)
     unknown = np.isnan(gpus)
-    width = n + 1
-    size = len(pairs) * width
+    width = n + 2
 
-    def cumulative(weights: Floats) -> Floats:
-        steps = np.bincount(row * width + begin, weights, size) - np.bincount(
-            row * width + end, weights, size
-        )
-        summed: Floats = np.cumsum(steps.reshape(len(pairs), width), axis=1)[:, :n]
+    def averaged(weights: Floats) -> Floats:
+        out = np.zeros((len(pairs), width))
+
+        def add(rows: npt.NDArray[np.intp], column: npt.NDArray[np.int64], values: Floats) -> None:
+            # Column k + 1 holds sample k's change; past the last sample changes nothing drawn.
+            np.add.at(out, (rows, np.minimum(column, width - 1)), values)
+
+        same = first == last  # inside one sample
+        inside = weights[same] * (end[same] - begin[same])
+        add(row[same], first[same] + 1, inside)
+        add(row[same], first[same] + 2, -inside)
+        apart = ~same
+        r, f, e, w = row[apart], first[apart], last[apart], weights[apart]
+        head = w * (f + 1 - begin[apart])  # the share of its first sample
+        tail = w * (end[apart] - e)  # of its last (0 when it ends on a sample's start)
+        add(r, f + 1, head)
+        add(r, f + 2, w - head)  # the samples it holds whole
+        add(r, e + 1, tail - w)
+        add(r, e + 2, -tail)
+        summed: Floats = np.cumsum(out, axis=1)[:, 1 : n + 1]
         return summed
 
-    used = cumulative(np.where(unknown, 0.0, gpus))
-    unknown_holders = cumulative(unknown.astype(np.float64))
-    return np.where(unknown_holders > 0.5, np.nan, used)
+    used = averaged(np.where(unknown, 0.0, gpus))
+    overlap = averaged(unknown.astype(np.float64))
+    return np.where(overlap > 1e-12, np.nan, used)
 
 
 def _positive(values: Floats) -> Floats:

@@ -70,7 +70,7 @@ class ExportLoop:
         end = self.service.now() - timedelta(seconds=step)
         try:
             analysis = self.service.analysis(self.service.window(days=days, end=end, step_seconds=step))
-            families = published_series(analysis)
+            families = published_series(analysis, queues=self.service.queues(analysis))
             up = dict.fromkeys(SOURCES, 1.0)
             last_success = dict.fromkeys(SOURCES, started)
         except KubernetesError as e:

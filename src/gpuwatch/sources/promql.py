@@ -174,6 +174,9 @@ def dcgm_alias_query(
 POD_ALLOCATION_LABELS = ("namespace", "pod", "team", "node", "pool")
 _POD_LABELS = POD_ALLOCATION_LABELS
 PENDING_LABELS = ("namespace", "pod", "team", "pool")
+# A Kueue ClusterQueue's quota in a pool, and a LocalQueue (gpuwatch_queue_* labels).
+QUEUE_POOL_LABELS = ("cluster_queue", "cohort", "team", "pool")
+QUEUE_LABELS = ("namespace", "queue", "cluster_queue", "team")
 # Why a pending pod waits, in words, and what it asks of a node (gpuwatch_pending_pod_info's labels).
 PENDING_INFO_LABELS = ("reason", "scheduler_message", "node_affinity", "tolerations")
 
@@ -217,6 +220,18 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_pending_pod_waiting_seconds": PENDING_LABELS,
     "gpuwatch_pending_pod_info": (*PENDING_LABELS, "blocked_by", *PENDING_INFO_LABELS),
     "gpuwatch_pool_tainted_nodes": ("pool", "taint"),
+    **dict.fromkeys(
+        (
+            "gpuwatch_queue_nominal_gpus",
+            "gpuwatch_queue_used_gpus",
+            "gpuwatch_queue_borrowed_gpus",
+            "gpuwatch_queue_lent_gpus",
+            "gpuwatch_queue_reserved_unused_usd_per_hour",
+        ),
+        QUEUE_POOL_LABELS,
+    ),
+    "gpuwatch_queue_workloads": (*QUEUE_LABELS, "state"),
+    "gpuwatch_queue_oldest_pending_seconds": QUEUE_LABELS,
     "gpuwatch_build_info": (),  # version left out: a cycle is a cycle whichever version ran it
 }
 

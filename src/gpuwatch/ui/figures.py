@@ -7,6 +7,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from gpuwatch.model import LEDGER_STATES
 
@@ -444,3 +445,157 @@ def team_trend(frame: pd.DataFrame) -> go.Figure:
     )
     fig.update_layout(hovermode="x unified")
     return _style(fig, x_title="time (UTC)", y_title="GPU-equivalents (GE)")
+
+
+# Queues: a queue's own use, what it borrowed above its quota and what it lent below it.
+QUEUE_COLOURS: Mapping[str, str] = {
+    "own": "#2f80ed",
+    "borrowed": "#d62728",
+    "lent": "#9467bd",
+    "nominal": "#102a43",
+}
+QUEUE_PARTS = (
+    ("own_gpus", "used within its quota", "own"),
+    ("borrowed_gpus", "borrowed above its quota", "borrowed"),
+    ("lent_gpus", "lent to its cohort", "lent"),
+)
+QUEUE_PANEL_PX = 150  # plot height of one queue's panel
+QUEUE_GAP_PX = 58  # between rows of panels: the panel titles and the time ticks
+
+
+def _summed_per_queue(usage: pd.DataFrame) -> pd.DataFrame:
+    """Per cluster queue and sample, its GE summed over its pools; unknown (NaN) in any pool stays
+    unknown. own_gpus: used within the nominal quota (used − borrowed)."""
+    values = ["nominal_gpus", "used_gpus", "borrowed_gpus", "lent_gpus"]
+    grouped = usage.groupby(["cluster_queue", "timestamp"], sort=False)[values]
+    summed = grouped.sum().where(grouped.count() == grouped.size().to_numpy()[:, None])
+    summed["own_gpus"] = summed["used_gpus"] - summed["borrowed_gpus"]
+    return summed.reset_index()
+
+
+def queue_borrowing(usage: pd.DataFrame, titles: Mapping[str, str] | None = None) -> go.Figure:
+    """Per cluster queue over time, summed over its pools (usage: QUEUE_USAGE rows, the queues in the
+    order to draw them), one small panel each: the GE it used within its nominal quota and borrowed above
+    it, and its unused quota lent to its cohort, stacked; its nominal quota as a dashed line. `titles`:
+    a panel title per queue (default: its name)."""
+    if usage.empty:
+        return empty("no queue has GPU quota or GPU workloads")
+    queues = [str(q) for q in dict.fromkeys(usage["cluster_queue"])]
+    per_queue = _summed_per_queue(usage)
+    cols = 1 if len(queues) == 1 else 2
+    rows = -(-len(queues) // cols)
+    top, bottom = 76, 40  # the legend above the first row's panel titles
+    height = rows * (QUEUE_PANEL_PX + QUEUE_GAP_PX) - QUEUE_GAP_PX + top + bottom
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        specs=[[{} if r * cols + c < len(queues) else None for c in range(cols)] for r in range(rows)],
+        subplot_titles=[(titles or {}).get(q, q) for q in queues],
+        horizontal_spacing=0.07,
+        vertical_spacing=QUEUE_GAP_PX / (height - top - bottom),
+    )
+    _style(fig, x_title="", y_title="", height=height)
+    fig.update_layout(
+        hovermode="x unified",
+        margin={"l": 60, "r": 20, "t": top, "b": bottom},
+        legend={"y": 1 + 26 / (height - top - bottom)},
+    )
+    fig.update_annotations(font={"size": 12, "color": "#243b53"})  # the panel titles
+    for k, queue in enumerate(queues):
+        frame = per_queue[per_queue["cluster_queue"] == queue].sort_values("timestamp")
+        row, col = k // cols + 1, k % cols + 1
+        traces = [
+            go.Scatter(
+                x=frame["timestamp"],
+                y=frame[column],
+                name=label,
+                legendgroup=column,
+                showlegend=k == 0,
+                mode="lines",
+                line={"width": 0.5, "color": QUEUE_COLOURS[colour]},
+                fillcolor=QUEUE_COLOURS[colour],
+                stackgroup=f"q{k}",
+                hovertemplate="%{y:,.2f} GE<extra>" + label + "</extra>",
+            )
+            for column, label, colour in QUEUE_PARTS
+        ]
+        traces.append(
+            go.Scatter(
+                x=frame["timestamp"],
+                y=frame["nominal_gpus"],
+                name="nominal quota",
+                legendgroup="nominal",
+                showlegend=k == 0,
+                mode="lines",
+                line={"width": 1.6, "color": QUEUE_COLOURS["nominal"], "dash": "dash"},
+                hovertemplate="%{y:,.2f} GE<extra>nominal quota</extra>",
+            )
+        )
+        for trace in traces:
+            fig.add_trace(trace, row=row, col=col)
+        # Every panel spans the same window: time ticks under the last panel of each column only.
+        fig.update_xaxes(matches="x", showticklabels=k + cols >= len(queues), row=row, col=col)
+        fig.update_yaxes(rangemode="tozero", title_text="GE" if col == 1 else "", row=row, col=col)
+    return fig
+
+
+# Wait axis ticks: seconds to a day and beyond, on a log axis.
+WAIT_TICKS: Sequence[tuple[float, str]] = (
+    (1, "1 s"),
+    (10, "10 s"),
+    (60, "1 min"),
+    (600, "10 min"),
+    (3600, "1 h"),
+    (6 * 3600, "6 h"),
+    (86400, "1 d"),
+    (7 * 86400, "7 d"),
+    (30 * 86400, "30 d"),
+)
+WAIT_STATES: Mapping[str, tuple[str, str]] = {
+    "admitted": ("admitted in the window", "#2f80ed"),
+    "pending": ("still pending at its end", "#d62728"),
+}
+WAIT_POINTS = 3000  # above this many waits only a box's outliers are drawn as points
+
+
+def wait_distribution(waits: pd.DataFrame) -> go.Figure:
+    """Each wait in a queue (waits: queue, the label of its row; wait_seconds; state admitted | pending;
+    hover, its duration as text), as points over a box per queue and state, the queues top to bottom
+    in the order of `waits`; time on a log axis labelled in s, min, h and d, waits under a second drawn
+    at one second."""
+    if waits.empty:
+        return empty("no workload waited in a queue in this window")
+    queues = [str(q) for q in dict.fromkeys(waits["queue"])]
+    points = "all" if len(waits) <= WAIT_POINTS else "outliers"
+    fig = go.Figure()
+    for state, (label, colour) in WAIT_STATES.items():
+        rows = waits[waits["state"] == state]
+        fig.add_trace(
+            go.Box(
+                x=rows["wait_seconds"].clip(lower=1.0),
+                y=rows["queue"],
+                name=label,
+                orientation="h",
+                boxpoints=points,
+                jitter=0.4,
+                pointpos=0,
+                marker={"color": colour, "size": 7, "opacity": 0.8},
+                line={"color": colour, "width": 1.2},
+                fillcolor="rgba(0,0,0,0)",
+                customdata=rows["hover"],
+                hovertemplate="%{y}: %{customdata}<extra>" + label + "</extra>",
+            )
+        )
+    longest = float(waits["wait_seconds"].max())
+    ticks = [(v, t) for v, t in WAIT_TICKS if v <= max(longest * 3, 60)]
+    height = max(260, 44 * len(queues) + 130)
+    _style(fig, x_title="wait (log scale)", y_title="", height=height)
+    fig.update_layout(boxmode="group", margin={"l": 130, "r": 20, "t": 36, "b": 56})
+    fig.update_xaxes(
+        type="log",
+        tickvals=[v for v, _ in ticks],
+        ticktext=[t for _, t in ticks],
+        range=[-0.1, np.log10(max(longest, 60.0)) + 0.15],
+    )
+    fig.update_yaxes(categoryorder="array", categoryarray=queues, autorange="reversed")
+    return fig

@@ -132,6 +132,7 @@ class _Workload:
     evicted: datetime | None = None  # when Kueue preempted it
     eviction: str = ""  # the Evicted and Preempted conditions' message
     message: str = ""
+    wait: timedelta = timedelta(seconds=1)  # from creation to quota reserved (and admitted)
 
     @property
     def admitted(self) -> bool:
@@ -294,6 +295,11 @@ def _workloads(
         resource, gpus = next(iter(sorted(pod.gpu_requests.items())))
         as_job = not labelled and _archetype(pod) in _JOBS
         owner = pod.name.rsplit("-", 1)[0] if as_job else pod.name
+        # A Job waits suspended in its queue until admitted; its pod is created then. A pod Kueue gates
+        # is created at once and admitted a moment later.
+        wait = (
+            _queue_wait(owner, _archetype(pod)) if as_job and pod.phase != "Pending" else timedelta(seconds=1)
+        )
         w = _Workload(
             queue=queue,
             queue_name=labelled or (queue.local_queue if queue else ""),
@@ -302,11 +308,14 @@ def _workloads(
             owner_kind="Job" if as_job else "Pod",
             owner_name=owner,
             owner_uid=uid("job", pod.namespace, owner) if as_job else pod.uid,
-            created=pod.created_at,
+            created=pod.created_at - wait + timedelta(seconds=1)
+            if wait > timedelta(seconds=1)
+            else pod.created_at,
             resource=resource,
             gpus=gpus,
             archetype=_archetype(pod) or pod.container,
             labels=pod.labels,
+            wait=wait,
         )
         if pod.phase == "Pending":
             if queue is None:
@@ -341,6 +350,12 @@ def _workloads(
             )
         )
     return out
+
+
+def _queue_wait(job: str, archetype: str) -> timedelta:
+    """How long a Job waited in its queue: deterministic, from its name; training jobs wait longer."""
+    draw = int(stable_hex("queue-wait", job, n=8), 16)
+    return timedelta(minutes=5 + draw % 115) if archetype == "training" else timedelta(minutes=1 + draw % 29)
 
 
 def _preempt(w: _Workload, workloads: Sequence[_Workload], now: datetime) -> None:
@@ -708,7 +723,7 @@ def _workload_object(w: _Workload) -> JsonObject:
     requests = {"cpu": quantity(w.cpu), "memory": f"{w.memory_gi}Gi", w.resource: quantity(w.gpus)}
     cq = w.queue.cluster_queue if w.queue is not None else ""
     if w.flavor:
-        reserved = w.created + timedelta(seconds=1)
+        reserved = w.created + w.wait
         status["admission"] = {
             "clusterQueue": cq,
             "podSetAssignments": [
