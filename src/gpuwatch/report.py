@@ -610,6 +610,7 @@ def report_from_tables(
         "params": {
             "idle_threshold": settings.idle.threshold_ratio,
             "idle_window_seconds": settings.idle.window_seconds,
+            "reclaim_after_seconds": settings.idle.reclaim_after_seconds,
         },
         "fleet": {
             "gpus": gpus,

@@ -515,9 +515,10 @@ def _tables(view: View, query: str) -> list[html.Section]:
             limit=RECLAIM_ROWS,
             empty_text="no idle pod holds GPUs of a pool where pods wait",
             query=query,
-            note="Pods idle for two hours or more at the window's end holding GPUs of a pool where GPU pods "
-            "are pending, with what they cost an hour and what their idle stretch has cost so far; on "
-            "borrowed quota: their cluster queue is above its nominal quota there.",
+            note=f"Pods idle for {duration(view.headline['params']['reclaim_after_seconds'])} or more at the "
+            "window's end holding GPUs of a pool where GPU pods are pending, with what they cost an hour and "
+            "what their idle stretch has cost so far; on borrowed quota: their cluster queue is above its "
+            "nominal quota there.",
         ),
     ]
     return tables
