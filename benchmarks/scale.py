@@ -51,7 +51,7 @@ END = datetime(2026, 11, 20, tzinfo=UTC)
 PODS_PER_GPU_MONTH = 5.0  # 10,000 GPUs: ~50,000 pods over 30 days (issue 12)
 MARKER = "gpuwatch-scale.json"
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
-PAGES = ("/", "/capacity", "/waste", "/teams", "/teams/genai", "/health", "/rightsize")
+PAGES = ("/", "/capacity", "/queues", "/waste", "/teams", "/teams/genai", "/health", "/rightsize")
 WINDOWS = {"24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 DONE = (
     "() => window.dash_clientside !== undefined"
