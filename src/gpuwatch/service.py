@@ -69,8 +69,8 @@ class FleetSources(Protocol):
 
     def cluster_state(self) -> ClusterState: ...
 
-    def node_state(self) -> ClusterState:
-        """The nodes and namespaces (no pod need be listed)."""
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
+        """The nodes, and the namespaces when asked (no pod need be listed)."""
         ...
 
     def kueue_state(self) -> KueueState:
@@ -120,11 +120,11 @@ class LiveSources:
             return self.cluster.cluster_state()
         return self.kubernetes.cluster_state()
 
-    def node_state(self) -> ClusterState:
-        """The nodes and namespaces (from the watches, or listed alone: no pod is listed)."""
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
+        """The nodes, and the namespaces when asked (from the watches, or listed alone: no pod is listed)."""
         if self.cluster is not None:
             return self.cluster.cluster_state()
-        return self.kubernetes.node_state(namespaces=True)
+        return self.kubernetes.node_state(namespaces=namespaces)
 
     def kueue_state(self) -> KueueState:
         return kueue_state(self.kubernetes)
@@ -180,7 +180,7 @@ class SimulatedSources:
     def cluster_state(self) -> ClusterState:
         return self._source.cluster_state()
 
-    def node_state(self) -> ClusterState:
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
         return self._source.cluster_state()
 
     def kueue_state(self) -> KueueState:
@@ -304,7 +304,7 @@ class FleetService:
             kueue = self.sources.kueue_state()
             if not kueue.installed:
                 return no_queues()
-            state = self.sources.node_state()
+            state = self.sources.node_state(namespaces=True)
         except KubernetesError as e:
             return no_queues([f"Kueue not read: {e}"])
         return queue_setup(

@@ -45,9 +45,9 @@ class FlakySources:
     def take_warnings(self) -> list[str]:
         return self.inner.take_warnings()
 
-    def node_state(self) -> ClusterState:
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
         self._check()
-        return self.inner.node_state()
+        return self.inner.node_state(namespaces=namespaces)
 
     def kueue_state(self) -> KueueState:
         return self.inner.kueue_state()

@@ -132,7 +132,7 @@ class HandSources:
     def take_warnings(self) -> list[str]:
         return []
 
-    def node_state(self) -> ClusterState:
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
         return self.cluster_state()
 
     def kueue_state(self) -> KueueState:
