@@ -23,7 +23,7 @@ from gpuwatch.analytics.placement import policy_taints, pool_taints, screen_pend
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings
 from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, normalize_product
-from gpuwatch.queues import QueueSetup, QueueTables, no_queues, prices_on_grid, queue_tables
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues, prices_on_grid, queue_tables, workload_inputs
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.sources.kubernetes import ClusterState
 
@@ -447,17 +447,28 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
 
 
 def analysis_queues(
-    analysis: Analysis, queues: QueueSetup | None, *, workloads: pd.DataFrame | None = None
+    analysis: Analysis,
+    queues: QueueSetup | None,
+    *,
+    workloads: pd.DataFrame | None = None,
+    quota_only: bool = False,
 ) -> QueueTables:
-    """The queue tables of an analysis' window (its workload table when already computed)."""
-    if workloads is None:
-        workloads = usage_tables(analysis)["workload"]
+    """The queue tables of an analysis' window (its workload table when already computed). quota_only:
+    Kueue's quota, borrowing and workloads alone, what the exporter publishes: no workload table is made,
+    so fairness, the idle GPUs beside pending demand and reclaim candidates are unknown."""
     prices = prices_on_grid(analysis.rates.at, sorted(set(analysis.nodes["pool"])), analysis.window)
+    allocated: pd.DataFrame | None = None
+    idle: pd.DataFrame | None = None
+    if not quota_only:
+        allocated, idle = workload_inputs(
+            usage_tables(analysis)["workload"] if workloads is None else workloads
+        )
     return queue_tables(
         queues or no_queues(),
         window=analysis.window,
         prices=prices,
-        workloads=workloads,
+        allocated=allocated,
+        idle=idle,
         pending=analysis.pending,
         reclaim_after_seconds=analysis.settings.idle.reclaim_after_seconds,
     )

@@ -64,6 +64,7 @@ class History:
     coverage: Coverage
     sample_seconds: float  # the exporter's mean sample interval where it left samples (NaN: nowhere)
     prices: pd.DataFrame  # POOL_PRICES: the prices the exporter published, from each piece's start
+    workloads_read: bool = True  # False: the per-pod families were not read (a summary): no workload rows
 
 
 def wants_history(source: str, *, demo: bool = False, costly: Callable[[], bool] = lambda: False) -> bool:
@@ -125,7 +126,7 @@ def read_history(
         if detail == TEAM:  # its namespace sums hold the busy GE alone (the pools'): no namespace row
             tables = history.tables
             history = replace(history, tables={**tables, "namespace": tables["namespace"][0:0]})
-        return history
+        return replace(history, workloads_read=detail == WORKLOAD)
     finally:
         if own:
             prometheus.close()
@@ -650,6 +651,14 @@ def _last_seen(sums: HistorySums) -> pd.DataFrame:
     all_idle = (last["idle_ge"] >= last["gpus"] - EPSILON_GE) & (last["gpus"] > 0)
     since = last["since"].where(all_idle)
     return last.assign(idle_since=pd.to_datetime(since, unit="s", utc=True))[[*piece, "gpus", "idle_since"]]
+
+
+def team_pool_hours(sums: HistorySums, family: str) -> pd.DataFrame:
+    """team, pool, <family>_gpu_hours: the GE-hours of a namespace family (e.g. allocated) per team and
+    pool, from the pods' sums per namespace (no pod's own family needed)."""
+    hours = SampleHours(sums.pieces)
+    frame: pd.DataFrame = hours.by(_namespace_family(sums, family), ("team", "pool"), f"{family}_gpu_hours")
+    return frame.astype({"team": "str", "pool": "str"})
 
 
 def _namespace_family(sums: HistorySums, family: str) -> pd.DataFrame:

@@ -270,16 +270,19 @@ def queue_tables(
     *,
     window: Window,
     prices: pd.DataFrame,
-    workloads: pd.DataFrame,
+    allocated: pd.DataFrame | None,
+    idle: pd.DataFrame | None,
     pending: pd.DataFrame,
     reclaim_after_seconds: float,
 ) -> QueueTables:
     """A window's queue tables.
 
-    prices: POOL_PRICES (the USD per GPU-hour in force in each pool). workloads: the report's workload
-    table (namespace, pod, team, pool, gpus, allocated_gpu_hours, idle_since: when the pod's current
-    idle stretch began, NaT when it is not idle at the end). pending: the report's pending pods
-    (namespace, pod, team, pool, gpus, waiting_seconds).
+    prices: POOL_PRICES (the USD per GPU-hour in force in each pool). allocated: TEAM_ALLOCATED_HOURS,
+    the GE-hours each team's pods held per pool; idle: IDLE_PODS, the pods idle-allocated at the end
+    (workload_inputs() makes both of a report's workload table). None when not read (a summary of
+    recorded history): then what needs them is unknown — fairness' allocation shares, the GPUs idle
+    beside pending demand — and no reclaim candidate is listed, and a warning says so. pending: the
+    report's pending pods (namespace, pod, team, pool, gpus, waiting_seconds).
     """
     POOL_PRICES.check(prices)
     grid = queue_grid(window)
@@ -288,22 +291,32 @@ def queue_tables(
     summary = queue_summary(usage, step, prices)
     end = window.end
     waits = wait_stats(setup.workloads, ["namespace", "queue"], start=window.start, as_of=end)
-    idle = _idle_now(workloads)
+    unread = allocated is None or idle is None
+    idle = IDLE_PODS.check(idle) if idle is not None else IDLE_PODS.empty()
     pending_waits = PENDING_WAITS.check(
         pending[list(PENDING_WAITS.columns)].astype({"gpus": "float64", "waiting_seconds": "float64"})
     )
     blocked = blocked_vs_idle(pending_waits, idle)
+    warnings = list(setup.warnings)
+    if unread:
+        blocked = blocked.assign(idle_allocated_gpus=np.nan, idle_holders="")
+        warnings.append(
+            "fairness, idle GPUs beside pending demand and reclaim candidates need the workload rows, not "
+            "read for this summary (a JSON report, or --group-by workload, reads them)"
+        )
     demand = blocked.loc[blocked["pending_gpus"] > 0, "pool"]
     at_end = prices[prices["timestamp"] <= pd.Timestamp(utc(end))]
     reclaim = reclaim_candidates(
         idle, usage, demand, at_end, as_of=end, min_idle_seconds=reclaim_after_seconds
     )
     allocated = TEAM_ALLOCATED_HOURS.check(
-        _summed(workloads.astype({"team": "str", "pool": "str"}), "allocated_gpu_hours")
+        allocated if allocated is not None else TEAM_ALLOCATED_HOURS.empty()
     )
     nominal_hours = usage.assign(nominal_gpu_hours=usage["nominal_gpus"] * step / 3600.0)
     quota_hours = TEAM_QUOTA_HOURS.check(_summed(nominal_hours, "nominal_gpu_hours"))
     fair = fairness(allocated, quota_hours) if setup.installed else FAIRNESS.empty()
+    if unread:
+        fair = fair.assign(allocation_share=np.nan, fairness_ratio=np.nan, dominant_pool="")
     rows = _queue_rows(setup, summary, waits)
     return QueueTables(
         installed=setup.installed,
@@ -316,7 +329,7 @@ def queue_tables(
         blocked_vs_idle=BLOCKED_VS_IDLE.check(blocked),
         reclaim=RECLAIM_CANDIDATES.check(reclaim),
         admission_messages=setup.admission_messages,
-        warnings=setup.warnings,
+        warnings=tuple(warnings),
     )
 
 
@@ -325,7 +338,15 @@ def _summed(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     return summed.astype({"team": "str", "pool": "str", column: "float64"})
 
 
-def _idle_now(workloads: pd.DataFrame) -> pd.DataFrame:
+def workload_inputs(workloads: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """TEAM_ALLOCATED_HOURS and IDLE_PODS of a report's workload table (namespace, pod, team, pool,
+    gpus, allocated_gpu_hours, idle_since: NaT when the pod is not idle at the end)."""
+    allocated = _summed(workloads.astype({"team": "str", "pool": "str"}), "allocated_gpu_hours")
+    return TEAM_ALLOCATED_HOURS.check(allocated), idle_now(workloads)
+
+
+def idle_now(workloads: pd.DataFrame) -> pd.DataFrame:
+    """IDLE_PODS: the rows (namespace, pod, team, pool, gpus, idle_since) idle at the end."""
     idle = workloads[workloads["idle_since"].notna()]
     return IDLE_PODS.check(
         pd.DataFrame(

@@ -16,7 +16,7 @@ from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import History
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, forecast_month_usd
-from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_tables
+from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_tables, workload_inputs
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -552,13 +552,23 @@ def build_report(
     )
 
 
-def history_queues(history: History, queues: QueueSetup | None) -> QueueTables:
-    """The queue tables of a window read from gpuwatch's own series."""
+def history_queues(
+    history: History,
+    queues: QueueSetup | None,
+    *,
+    allocated: pd.DataFrame | None = None,
+    idle: pd.DataFrame | None = None,
+) -> QueueTables:
+    """The queue tables of a window read from gpuwatch's own series: the teams' allocation per pool and
+    the idle pods from its workload rows, when read, else as given (unknown when not)."""
+    if history.workloads_read:
+        allocated, idle = workload_inputs(history.tables["workload"])
     return queue_tables(
         queues or no_queues(),
         window=history.window,
         prices=history.prices,
-        workloads=history.tables["workload"],
+        allocated=allocated,
+        idle=idle,
         pending=history.pending,
         reclaim_after_seconds=history.settings.idle.reclaim_after_seconds,
     )
@@ -689,7 +699,7 @@ def report_from_tables(
             }
             for r in (health.to_dict("records") if health is not None else [])
         ],
-        **_queue_sections(queues),
+        **queue_sections(queues),
         "coverage": {
             "gpu_samples_expected": coverage.gpu_samples_expected,
             "gpu_samples_present": coverage.gpu_samples_present,
@@ -710,7 +720,7 @@ def _reason(pending: Mapping[Any, Any], queues: QueueTables | None) -> str:
     return str(pending["reason"])
 
 
-def _queue_sections(queues: QueueTables | None) -> dict[str, Any]:
+def queue_sections(queues: QueueTables | None) -> dict[str, Any]:
     """Kueue's queues, fairness per team, pending demand beside idle GPUs per pool and the idle pods
     worth reclaiming for it (the last two need no Kueue)."""
     if queues is None:

@@ -318,4 +318,4 @@ class FleetService:
         """The queue tables of the analysis' window (what `gpuwatch export` publishes as gpuwatch_queue_*);
         None without Kueue, so a cluster without it pays nothing for them."""
         setup = self.queue_setup()
-        return analysis_queues(analysis, setup) if setup.installed else None
+        return analysis_queues(analysis, setup, quota_only=True) if setup.installed else None

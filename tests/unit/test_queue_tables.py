@@ -20,7 +20,7 @@ from gpuwatch.model import (
     Window,
     Workload,
 )
-from gpuwatch.queues import QueueSetup, queue_setup, queue_tables
+from gpuwatch.queues import QueueSetup, queue_setup, queue_tables, workload_inputs
 from gpuwatch.schema import POOL_PRICES
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
@@ -171,7 +171,7 @@ def test_a_windows_queue_tables_by_hand() -> None:
         setup(),
         window=WINDOW,
         prices=PRICES,
-        workloads=workloads,
+        **inputs(workloads),
         pending=pending,
         reclaim_after_seconds=7200,
     )
@@ -222,22 +222,29 @@ def test_a_windows_queue_tables_by_hand() -> None:
     assert (candidate["cluster_queue"], candidate["borrowing"]) == ("research", False)
 
 
+def inputs(workloads: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    allocated, idle = workload_inputs(workloads)
+    return {"allocated": allocated, "idle": idle}
+
+
 def test_without_kueue_there_are_no_queue_rows_but_blocked_demand_still_shows() -> None:
     tables = queue_tables(
         queue_setup(KueueState(), nodes=NODES, rules=RULES, namespace_labels={}),
         reclaim_after_seconds=7200,
         window=WINDOW,
         prices=PRICES,
-        workloads=pd.DataFrame(
-            {
-                "namespace": ["a"],
-                "pod": ["p"],
-                "team": ["alpha"],
-                "pool": [H100],
-                "gpus": [1.0],
-                "allocated_gpu_hours": [4.0],
-                "idle_since": pd.to_datetime([T0], utc=True),
-            }
+        **inputs(
+            pd.DataFrame(
+                {
+                    "namespace": ["a"],
+                    "pod": ["p"],
+                    "team": ["alpha"],
+                    "pool": [H100],
+                    "gpus": [1.0],
+                    "allocated_gpu_hours": [4.0],
+                    "idle_since": pd.to_datetime([T0], utc=True),
+                }
+            )
         ),
         pending=pd.DataFrame(
             {
@@ -254,3 +261,33 @@ def test_without_kueue_there_are_no_queue_rows_but_blocked_demand_still_shows() 
     assert tables.queues.empty and tables.fairness.empty and tables.usage.empty
     assert tables.blocked_vs_idle["idle_allocated_gpus"].tolist() == [1.0]
     assert tables.reclaim["pod"].tolist() == ["p"]
+
+
+def test_a_summary_without_workload_rows_leaves_what_needs_them_unknown() -> None:
+    pending = pd.DataFrame(
+        {
+            "namespace": ["team-b"],
+            "pod": ["b1-pod"],
+            "team": ["alpha"],
+            "pool": [H100],
+            "gpus": [1.0],
+            "waiting_seconds": [7200.0],
+        }
+    )
+    tables = queue_tables(
+        setup(),
+        window=WINDOW,
+        prices=PRICES,
+        allocated=None,
+        idle=None,
+        pending=pending,
+        reclaim_after_seconds=7200,
+    )
+    # Quota, borrowing and waits come from Kueue alone: as with the rows.
+    assert tables.queues.set_index("queue").loc["ml-queue", "borrowed_gpu_hours"] == pytest.approx(6.0)
+    # What the workload rows say is unknown, never 0, and said so.
+    assert tables.fairness["allocation_share"].isna().all() and tables.fairness["fairness_ratio"].isna().all()
+    blocked = tables.blocked_vs_idle.set_index("pool")
+    assert blocked.loc[H100, "pending_gpus"] == 1.0 and pd.isna(blocked.loc[H100, "idle_allocated_gpus"])
+    assert tables.reclaim.empty
+    assert any("need the workload rows" in w for w in tables.warnings)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.queues import QueueTables
-from gpuwatch.report import IDLE_SPLIT, Report
+from gpuwatch.report import IDLE_SPLIT, Report, queue_sections
 
 MAX_POINTS: Final = 480  # points per time series sent to the browser; samples are averaged into buckets
 STATE_COLUMNS: Final = [f"{s}_ge" for s in LEDGER_STATES]
@@ -144,6 +144,11 @@ class FleetView(ABC):
     @abstractmethod
     def pending_detail(self) -> pd.DataFrame:
         """namespace, pod, pool_free_ge, largest_free_block_ge of the pending GPU pods at the end."""
+
+    def queue_report(self) -> dict[str, Any]:
+        """The report's kueue, queues, fairness, blocked_vs_idle and reclaim_candidates sections of
+        queue_tables() (on the recorded path without reading every pod's families)."""
+        return self._cached("queue_report", lambda: queue_sections(self.queue_tables()))
 
     @abstractmethod
     def queue_tables(self) -> QueueTables:

@@ -25,10 +25,11 @@ from gpuwatch.history import (
     idle_workloads,
     node_telemetry_hours,
     scope_sums,
+    team_pool_hours,
     workload_table,
 )
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
-from gpuwatch.queues import QueueSetup, QueueTables, no_queues
+from gpuwatch.queues import QueueSetup, QueueTables, idle_now, no_queues
 from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, history_queues, workload_rows
 from gpuwatch.sources.prometheus import (
     POD_FAMILIES,
@@ -92,7 +93,7 @@ class RecordedView(FleetView):
             sums = scope_sums(self._with_pods(scope.teams), teams=scope.teams, pools=self._pools)
         else:
             sums = recorded.sums
-        self.history = self._assembled(sums)
+        self.history = self._assembled(sums, workloads_read=scope.scoped)
         pieces = recorded.timeline.pieces
         resolution = int(pieces["seconds"].max()) if len(pieces) else recorded.window.step_seconds
         super().__init__(
@@ -111,9 +112,10 @@ class RecordedView(FleetView):
         read = self.recorded.pods.of_teams(teams).read(*families)
         return replace(self.recorded.sums, **read, **({} if families else pod_totals(read)))
 
-    def _assembled(self, sums: HistorySums) -> History:
+    def _assembled(self, sums: HistorySums, *, workloads_read: bool = False) -> History:
+        """The sums assembled; workloads_read: whether they hold every pod family of the scope."""
         r = self.recorded
-        return assemble(
+        history = assemble(
             sums,
             window=r.window,
             settings=r.settings,
@@ -121,6 +123,7 @@ class RecordedView(FleetView):
             gaps=self._gaps_text,
             held_at_end=_held_at_end(r.present.marked),
         )
+        return replace(history, workloads_read=workloads_read)
 
     def _from_whole(self, *read: str) -> bool:
         """Whether this view's rows come from what is already whole: a scoped view (its pods all read),
@@ -158,12 +161,27 @@ class RecordedView(FleetView):
     def _whole_history(self) -> History:
         if self.scope.scoped:
             return self.history
-        return self._cached("whole_history", lambda: self._assembled(self._with_pods(())))
+        return self._cached(
+            "whole_history", lambda: self._assembled(self._with_pods(()), workloads_read=True)
+        )
 
     def queue_tables(self) -> QueueTables:
-        return self._cached(
-            "queue_tables", lambda: history_queues(self._whole_history(), self.recorded.queues)
-        )
+        if self._from_whole():
+            return self._cached(
+                "queue_tables", lambda: history_queues(self._whole_history(), self.recorded.queues)
+            )
+
+        def compute() -> QueueTables:
+            # The teams' allocation per pool from the pods' sums per namespace, the idle pods from the idle
+            # pods' families (what the Waste page reads): not every pod's families.
+            totals = self.recorded.pods.of_teams().totals("allocated")
+            allocated = team_pool_hours(replace(self.recorded.sums, **totals), "allocated")
+            columns = ["namespace", "pod", "team", "pool", "gpus", "idle_since"]
+            rows = pd.DataFrame(self.idle_workloads(), columns=columns)
+            idle = idle_now(rows.assign(idle_since=pd.to_datetime(rows["idle_since"], utc=True)))
+            return history_queues(self.history, self.recorded.queues, allocated=allocated, idle=idle)
+
+        return self._cached("queue_tables", compute)
 
     def idle_workloads(self) -> list[dict[str, Any]]:
         if self._from_whole():

@@ -128,7 +128,7 @@ def layout(**_query: str) -> html.Div:
 
 
 def installed(view: View) -> bool:
-    return bool(view.report.get("kueue", {}).get("installed", False))
+    return bool(view.queue_report().get("kueue", {}).get("installed", False))
 
 
 def _scope_pools(view: View) -> set[str] | None:
@@ -151,7 +151,7 @@ def queue_rows(view: View) -> list[dict[str, Any]]:
     all their pools)."""
     if not installed(view):
         return []
-    rows: list[dict[str, Any]] = view.report.get("queues", [])
+    rows: list[dict[str, Any]] = view.queue_report().get("queues", [])
     teams = set(view.scope.teams)
     if teams:
         rows = [r for r in rows if r["team"] in teams]
@@ -165,20 +165,20 @@ def fairness_rows(view: View) -> list[dict[str, Any]]:
     """The report's fairness rows (of the filtered teams)."""
     if not installed(view):
         return []
-    rows: list[dict[str, Any]] = view.report.get("fairness", [])
+    rows: list[dict[str, Any]] = view.queue_report().get("fairness", [])
     teams = set(view.scope.teams)
     return [r for r in rows if r["team"] in teams] if teams else rows
 
 
 def blocked_rows(view: View) -> list[dict[str, Any]]:
     """The report's pending demand beside idle-allocated GPUs per pool (the scoped report's already)."""
-    rows: list[dict[str, Any]] = view.report.get("blocked_vs_idle", [])
+    rows: list[dict[str, Any]] = view.queue_report().get("blocked_vs_idle", [])
     return rows
 
 
 def reclaim_rows(view: View) -> list[dict[str, Any]]:
     """The report's reclaim candidates (the scoped report's already)."""
-    rows: list[dict[str, Any]] = view.report.get("reclaim_candidates", [])
+    rows: list[dict[str, Any]] = view.queue_report().get("reclaim_candidates", [])
     return rows
 
 
