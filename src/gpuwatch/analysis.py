@@ -460,9 +460,10 @@ def analysis_queues(
     allocated: pd.DataFrame | None = None
     idle: pd.DataFrame | None = None
     if not quota_only:
-        allocated, idle = workload_inputs(
-            usage_tables(analysis)["workload"] if workloads is None else workloads
-        )
+        table = usage_tables(analysis)["workload"] if workloads is None else workloads
+        marked = analysis.marked
+        last = marked.loc[marked["timestamp"] == marked["timestamp"].max(), ["namespace", "pod"]]
+        allocated, idle = workload_inputs(table, set(zip(last["namespace"], last["pod"], strict=True)))
     return queue_tables(
         queues or no_queues(),
         window=analysis.window,

@@ -65,6 +65,8 @@ class History:
     sample_seconds: float  # the exporter's mean sample interval where it left samples (NaN: nowhere)
     prices: pd.DataFrame  # POOL_PRICES: the prices the exporter published, from each piece's start
     workloads_read: bool = True  # False: the per-pod families were not read (a summary): no workload rows
+    # (namespace, pod) of the workloads holding GPUs at the window's end; None: not known
+    held_at_end: Collection[tuple[str, str]] | None = None
 
 
 def wants_history(source: str, *, demo: bool = False, costly: Callable[[], bool] = lambda: False) -> bool:
@@ -443,6 +445,7 @@ def assemble(
         coverage=coverage,
         sample_seconds=hours.sample_seconds,
         prices=_prices_in_force(sums),
+        held_at_end=None if held_at_end is None else frozenset(held_at_end),
     )
 
 
@@ -653,12 +656,10 @@ def _last_seen(sums: HistorySums) -> pd.DataFrame:
     return last.assign(idle_since=pd.to_datetime(since, unit="s", utc=True))[[*piece, "gpus", "idle_since"]]
 
 
-def team_pool_hours(sums: HistorySums, family: str) -> pd.DataFrame:
-    """team, pool, <family>_gpu_hours: the GE-hours of a namespace family (e.g. allocated) per team and
-    pool, from the pods' sums per namespace (no pod's own family needed)."""
-    hours = SampleHours(sums.pieces)
-    frame: pd.DataFrame = hours.by(_namespace_family(sums, family), ("team", "pool"), f"{family}_gpu_hours")
-    return frame.astype({"team": "str", "pool": "str"})
+def team_pool_hours(pieces: pd.DataFrame, sums: pd.DataFrame, name: str) -> pd.DataFrame:
+    """team, pool, `name`: per-piece sums of GE (piece, team, pool, value) as GE-hours per team and pool."""
+    frame: pd.DataFrame = SampleHours(pieces).by(sums, ("team", "pool"), name)
+    return frame.astype({"team": "str", "pool": "str", name: "float64"})
 
 
 def _namespace_family(sums: HistorySums, family: str) -> pd.DataFrame:

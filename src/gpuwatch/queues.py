@@ -4,7 +4,7 @@ beside idle-allocated GPUs, from Kueue's objects and the rows either read path g
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -338,15 +338,23 @@ def _summed(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     return summed.astype({"team": "str", "pool": "str", column: "float64"})
 
 
-def workload_inputs(workloads: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def workload_inputs(
+    workloads: pd.DataFrame, held_at_end: Collection[tuple[str, str]] | None
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """TEAM_ALLOCATED_HOURS and IDLE_PODS of a report's workload table (namespace, pod, team, pool,
-    gpus, allocated_gpu_hours, idle_since: NaT when the pod is not idle at the end)."""
+    gpus, allocated_gpu_hours, idle_since: set when the pod was idle at its last sample) and the
+    workloads holding GPUs at the window's end (a pod idle when it ended holds nothing to reclaim);
+    the idle pods are unknown (None) when those are."""
     allocated = _summed(workloads.astype({"team": "str", "pool": "str"}), "allocated_gpu_hours")
-    return TEAM_ALLOCATED_HOURS.check(allocated), idle_now(workloads)
+    if held_at_end is None:
+        return TEAM_ALLOCATED_HOURS.check(allocated), None
+    pairs = pd.MultiIndex.from_frame(workloads[["namespace", "pod"]].astype("str"))
+    return TEAM_ALLOCATED_HOURS.check(allocated), idle_now(workloads[pairs.isin(list(held_at_end))])
 
 
 def idle_now(workloads: pd.DataFrame) -> pd.DataFrame:
-    """IDLE_PODS: the rows (namespace, pod, team, pool, gpus, idle_since) idle at the end."""
+    """IDLE_PODS: the rows (namespace, pod, team, pool, gpus, idle_since) of workloads idle at their
+    last sample (pass those holding GPUs at the window's end: idle now)."""
     idle = workloads[workloads["idle_since"].notna()]
     return IDLE_PODS.check(
         pd.DataFrame(

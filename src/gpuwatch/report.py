@@ -562,7 +562,7 @@ def history_queues(
     """The queue tables of a window read from gpuwatch's own series: the teams' allocation per pool and
     the idle pods from its workload rows, when read, else as given (unknown when not)."""
     if history.workloads_read:
-        allocated, idle = workload_inputs(history.tables["workload"])
+        allocated, idle = workload_inputs(history.tables["workload"], history.held_at_end)
     return queue_tables(
         queues or no_queues(),
         window=history.window,

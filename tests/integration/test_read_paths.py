@@ -298,6 +298,43 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
     assert any(w["idle_since"] for w in cheap["idle"])
 
 
+def test_the_queue_page_reads_the_teams_pools_and_idle_pods_not_every_pods_series(
+    fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str, raw: FleetView
+) -> None:
+    """On the recorded path the Queues page's tables come from the teams' allocation per pool (summed by
+    Prometheus) and the pods idle at the end: never every pod's allocation. They equal the whole report's
+    (which reads every pod's series) and the raw path's."""
+    service = _service(prom, kubeconfig, 0)
+    view = open_view(service, fleet.window, computed_at=NOW)
+    source = service.sources.recorded()
+    assert source is not None
+    sent: list[str] = []
+    query = source.query
+    source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]
+    cheap = view.queue_report()
+    per_pod = [
+        q for q in sent if "sum_over_time" in q and q.startswith("sum by (\n  namespace, pod, team, pool\n)")
+    ]
+    assert per_pod == []
+    assert any(q.startswith("sum by (\n  team, pool\n)") for q in sent)
+    whole = open_view(_service(prom, kubeconfig, 0), fleet.window, computed_at=NOW).report
+    assert cheap["kueue"] == whole["kueue"] == raw.report["kueue"] == {"installed": True}
+    for section, keys in (
+        ("queues", ("namespace", "queue")),
+        ("fairness", ("team",)),
+        ("blocked_vs_idle", ("pool",)),
+        ("reclaim_candidates", ("namespace", "pod")),
+    ):
+        assert cheap[section], section
+        _same_rows(cheap[section], whole[section], keys)
+        expected = {tuple(r[k] for k in keys): r for r in raw.report[section]}
+        assert expected.keys() == {tuple(r[k] for k in keys) for r in cheap[section]}, section
+        for row in cheap[section]:
+            want = expected[tuple(row[k] for k in keys)]
+            for key, value in row.items():
+                assert value == (_near(want[key]) if isinstance(want[key], float) else want[key]), (row, key)
+
+
 FILLED = "id => (document.getElementById(id)?.innerText || '').includes('resolution')"
 PAGES = {  # path: (as-of line, KPI tiles or "")
     "/": (ids.OVERVIEW_AS_OF, ids.OVERVIEW_KPIS),

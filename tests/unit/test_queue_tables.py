@@ -223,7 +223,9 @@ def test_a_windows_queue_tables_by_hand() -> None:
 
 
 def inputs(workloads: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    allocated, idle = workload_inputs(workloads)
+    allocated, idle = workload_inputs(
+        workloads, set(zip(workloads["namespace"], workloads["pod"], strict=True))
+    )
     return {"allocated": allocated, "idle": idle}
 
 

@@ -1200,6 +1200,12 @@ def team_pool_timeline(
     }
 
 
+def team_pool_allocated(source: PrometheusSource, pieces: pd.DataFrame) -> pd.DataFrame:
+    """piece, team, pool, value: the pods' allocated GE per team and pool, summed by Prometheus over each
+    piece's grid (one row per team and pool, not per pod)."""
+    return _family(source, pieces, partial(promql.team_pool_gpus_sum_query, _ALLOCATION), ("team", "pool"))
+
+
 def pods_by_node_now(
     source: PrometheusSource, at: datetime, *, teams: Sequence[str] = ()
 ) -> dict[str, pd.DataFrame]:

@@ -39,6 +39,7 @@ from gpuwatch.sources.prometheus import (
     HistoryTimeline,
     PodReader,
     pod_totals,
+    team_pool_allocated,
 )
 from gpuwatch.sources.promql import POD_HISTORY_LABELS
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
@@ -172,12 +173,13 @@ class RecordedView(FleetView):
             )
 
         def compute() -> QueueTables:
-            # The teams' allocation per pool from the pods' sums per namespace, the idle pods from the idle
-            # pods' families (what the Waste page reads): not every pod's families.
-            totals = self.recorded.pods.of_teams().totals("allocated")
-            allocated = team_pool_hours(replace(self.recorded.sums, **totals), "allocated")
+            # The teams' allocation per pool summed by Prometheus, the idle pods from what the exporter
+            # published last and the idle pods' family: not every pod's families.
+            pods = self.recorded.pods
+            held = team_pool_allocated(pods.source, pods.pieces)
+            allocated = team_pool_hours(pods.pieces, held, "allocated_gpu_hours")
             columns = ["namespace", "pod", "team", "pool", "gpus", "idle_since"]
-            rows = pd.DataFrame(self.idle_workloads(), columns=columns)
+            rows = pd.DataFrame(self.idle_now(), columns=columns)  # idle and holding GPUs at the end
             idle = idle_now(rows.assign(idle_since=pd.to_datetime(rows["idle_since"], utc=True)))
             return history_queues(self.history, self.recorded.queues, allocated=allocated, idle=idle)
 
