@@ -281,7 +281,7 @@ def queue_tables(
     the GE-hours each team's pods held per pool; idle: IDLE_PODS, the pods idle-allocated at the end
     (workload_inputs() makes both of a report's workload table). None when not read (a summary of
     recorded history): then what needs them is unknown — fairness' allocation shares, the GPUs idle
-    beside pending demand — and no reclaim candidate is listed, and a warning says so. pending: the
+    beside pending demand (null in a report) — and no reclaim candidate is listed. pending: the
     report's pending pods (namespace, pod, team, pool, gpus, waiting_seconds).
     """
     POOL_PRICES.check(prices)
@@ -297,13 +297,8 @@ def queue_tables(
         pending[list(PENDING_WAITS.columns)].astype({"gpus": "float64", "waiting_seconds": "float64"})
     )
     blocked = blocked_vs_idle(pending_waits, idle)
-    warnings = list(setup.warnings)
-    if unread:
+    if unread:  # unknown, never 0: the nulls say so (a summary reads no workload row, by design)
         blocked = blocked.assign(idle_allocated_gpus=np.nan, idle_holders="")
-        warnings.append(
-            "fairness, idle GPUs beside pending demand and reclaim candidates need the workload rows, not "
-            "read for this summary (a JSON report, or --group-by workload, reads them)"
-        )
     demand = blocked.loc[blocked["pending_gpus"] > 0, "pool"]
     at_end = prices[prices["timestamp"] <= pd.Timestamp(utc(end))]
     reclaim = reclaim_candidates(
@@ -329,7 +324,7 @@ def queue_tables(
         blocked_vs_idle=BLOCKED_VS_IDLE.check(blocked),
         reclaim=RECLAIM_CANDIDATES.check(reclaim),
         admission_messages=setup.admission_messages,
-        warnings=tuple(warnings),
+        warnings=setup.warnings,
     )
 
 
