@@ -38,6 +38,7 @@ from gpuwatch.schema import (
     PENDING_WAITS,
     POOL_PRICES,
     QUEUE_QUOTAS,
+    QUEUE_ROWS,
     QUEUE_USAGE,
     QUEUE_WORKLOADS,
     RECLAIM_CANDIDATES,
@@ -49,26 +50,7 @@ PriceLookup = Callable[["pd.Series[Any]", "pd.Series[Any]"], "npt.NDArray[np.flo
 # Borrowing over time is drawn and summed on a grid of at most this many samples (queue_usage holds
 # queues × pools × samples rows): a month at 90-minute steps, a day at 3 minutes.
 MAX_QUEUE_SAMPLES = 480
-QUEUE_COLUMNS = (
-    "queue",
-    "namespace",
-    "cluster_queue",
-    "cohort",
-    "team",
-    "nominal_gpus",
-    "used_gpu_hours",
-    "borrowed_gpu_hours",
-    "lent_gpu_hours",
-    "admitted_workloads",
-    "pending_workloads",
-    "preemptions",
-    "wait_seconds_p50",
-    "wait_seconds_p95",
-    "wait_seconds_max",
-    "reserved_unused_gpu_hours",
-    "reserved_unused_usd",
-)
-# Per queue (as QUEUE_COLUMNS lists them) and sample of the queue grid (queue_states).
+# Per queue (as QUEUE_ROWS keys them) and sample of the queue grid (queue_states).
 QUEUE_STATE_COLUMNS = (
     "timestamp",
     "namespace",
@@ -246,7 +228,7 @@ class QueueTables:
     """The queues of one window, as a report, the Queues page and the exporter show them."""
 
     installed: bool
-    queues: pd.DataFrame  # QUEUE_COLUMNS: one row per LocalQueue (or ClusterQueue without one)
+    queues: pd.DataFrame  # QUEUE_ROWS: one row per LocalQueue (or ClusterQueue without one)
     usage: pd.DataFrame  # QUEUE_USAGE on the window's queue grid: borrowing and lending over time
     states: pd.DataFrame  # QUEUE_STATE_COLUMNS on that grid: pending and admitted workloads, oldest wait
     step_seconds: int  # that grid's step
@@ -258,11 +240,15 @@ class QueueTables:
     warnings: tuple[str, ...] = ()
 
 
-def queue_grid(window: Window) -> pd.DatetimeIndex:
-    """The samples queue usage is read at: the window's step, coarsened (in whole minutes) to at most
+def queue_step(window: Window) -> int:
+    """The step queue usage is read at: the window's, coarsened (in whole minutes) to at most
     MAX_QUEUE_SAMPLES samples."""
-    step = max(window.step_seconds, 60 * math.ceil(window.duration_seconds / MAX_QUEUE_SAMPLES / 60))
-    return pd.date_range(window.start, window.end, freq=f"{step}s", inclusive="left")
+    return max(window.step_seconds, 60 * math.ceil(window.duration_seconds / MAX_QUEUE_SAMPLES / 60))
+
+
+def queue_grid(window: Window) -> pd.DatetimeIndex:
+    """The samples queue usage is read at, queue_step() apart."""
+    return pd.date_range(window.start, window.end, freq=f"{queue_step(window)}s", inclusive="left")
 
 
 def queue_tables(
@@ -285,8 +271,7 @@ def queue_tables(
     report's pending pods (namespace, pod, team, pool, gpus, waiting_seconds).
     """
     POOL_PRICES.check(prices)
-    grid = queue_grid(window)
-    step = int((grid[1] - grid[0]).total_seconds()) if len(grid) > 1 else window.step_seconds
+    grid, step = queue_grid(window), queue_step(window)
     usage = queue_usage(setup.workloads, setup.quotas, grid, step)
     summary = queue_summary(usage, step, prices)
     end = window.end
@@ -408,7 +393,7 @@ def _queue_rows(setup: QueueSetup, summary: pd.DataFrame, waits: pd.DataFrame) -
         "reserved_unused_gpu_hours",
     ]
     rows[hours] = rows[hours].fillna(0.0)  # a queue with no GPU quota: none used, borrowed or reserved
-    out: pd.DataFrame = rows[list(QUEUE_COLUMNS)]
+    out: pd.DataFrame = QUEUE_ROWS.check(rows[list(QUEUE_ROWS.columns)])
     return out.sort_values(["cluster_queue", "namespace", "queue"], ignore_index=True)
 
 

@@ -539,8 +539,16 @@ def build_report(
     health: the window's health events (service.health_events), when read. queues: Kueue's queues
     (FleetService.queue_setup()); without them the report has no queue rows.
     """
+    return report_and_queues(analysis, health=health, queues=queues)[0]
+
+
+def report_and_queues(
+    analysis: Analysis, *, health: pd.DataFrame | None = None, queues: QueueSetup | None = None
+) -> tuple[Report, QueueTables]:
+    """build_report() and the queue tables it was made with (a page drawing both computes them once)."""
     tables = usage_tables(analysis)
-    return report_from_tables(
+    queued = analysis_queues(analysis, queues, workloads=tables["workload"])
+    report = report_from_tables(
         tables,
         window=analysis.window,
         settings=analysis.settings,
@@ -548,8 +556,9 @@ def build_report(
         pending=analysis.pending,
         coverage=analysis.coverage,
         health=health,
-        queues=analysis_queues(analysis, queues, workloads=tables["workload"]),
+        queues=queued,
     )
+    return report, queued
 
 
 def history_queues(

@@ -299,6 +299,30 @@ QUEUE_USAGE = Contract(
         "lent_gpus": "float",
     },
 )
+# One row per Kueue LocalQueue (or ClusterQueue without one) over a window: the report's queues[] fields
+# (queues.queue_tables); quota, borrowing and unused quota are the cluster queue's.
+QUEUE_ROWS = Contract(
+    "queue_rows",
+    {
+        "queue": "str",
+        "namespace": "str",
+        "cluster_queue": "str",
+        "cohort": "str",
+        "team": "str",
+        "nominal_gpus": "float",
+        "used_gpu_hours": "float",
+        "borrowed_gpu_hours": "float",
+        "lent_gpu_hours": "float",
+        "admitted_workloads": "int",
+        "pending_workloads": "int",
+        "preemptions": "int",
+        "wait_seconds_p50": "float",
+        "wait_seconds_p95": "float",
+        "wait_seconds_max": "float",
+        "reserved_unused_gpu_hours": "float",
+        "reserved_unused_usd": "float",
+    },
+)
 # Per ClusterQueue × pool over a window (analytics.queues.queue_summary).
 QUEUE_SUMMARY = Contract(
     "queue_summary",

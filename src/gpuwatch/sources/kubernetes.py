@@ -454,11 +454,30 @@ def parse_node(obj: JsonObject, problems: _Problems) -> Node | None:
         ready=conditions.get("Ready") == "True",
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
         labels=labels,
-        taints=tuple(
-            Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""), effect=str(t.get("effect", "")))
-            for t in (obj.get("spec") or {}).get("taints") or []
-            if isinstance(t, dict) and t.get("key")
-        ),
+        taints=parse_taints((obj.get("spec") or {}).get("taints")),
+    )
+
+
+def parse_taints(items: Any) -> tuple[Taint, ...]:
+    """Taints as a node's spec.taints (or a Kueue flavor's nodeTaints) list them; keyless ones skipped."""
+    return tuple(
+        Taint(key=str(t["key"]), value=str(t.get("value") or ""), effect=str(t.get("effect") or ""))
+        for t in items or []
+        if isinstance(t, dict) and t.get("key")
+    )
+
+
+def parse_tolerations(items: Any) -> tuple[Toleration, ...]:
+    """Tolerations as a pod's spec (or a Kueue flavor) lists them (operator Equal when unset)."""
+    return tuple(
+        Toleration(
+            key=str(t.get("key") or ""),
+            operator=str(t.get("operator") or "Equal"),
+            value=str(t.get("value") or ""),
+            effect=str(t.get("effect") or ""),
+        )
+        for t in items or []
+        if isinstance(t, dict)
     )
 
 
@@ -540,15 +559,7 @@ def _placement(spec: JsonObject, status: JsonObject) -> Placement:
     return Placement(
         node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
         node_affinity=terms,
-        tolerations=tuple(
-            Toleration(
-                key=str(t.get("key") or ""),
-                operator=str(t.get("operator") or "Equal"),
-                value=str(t.get("value") or ""),
-                effect=str(t.get("effect") or ""),
-            )
-            for t in spec.get("tolerations") or []
-        ),
+        tolerations=parse_tolerations(spec.get("tolerations")),
         scheduling_gates=tuple(str(g.get("name", "")) for g in spec.get("schedulingGates") or []),
         scheduler_message=message,
     )

@@ -20,8 +20,6 @@ from gpuwatch.model import (
     KueueState,
     LocalQueue,
     ResourceFlavor,
-    Taint,
-    Toleration,
     Workload,
     is_gpu_resource,
 )
@@ -32,6 +30,8 @@ from gpuwatch.sources.kubernetes import (
     _one_line,
     _Problems,
     _time,
+    parse_taints,
+    parse_tolerations,
 )
 from gpuwatch.units import parse_quantity
 
@@ -213,19 +213,8 @@ def parse_resource_flavor(obj: JsonObject, problems: _Problems) -> ResourceFlavo
     return ResourceFlavor(
         name=name,
         node_labels={str(k): str(v) for k, v in (spec.get("nodeLabels") or {}).items()},
-        node_taints=tuple(
-            Taint(key=str(t["key"]), value=str(t.get("value") or ""), effect=str(t.get("effect") or ""))
-            for t in spec.get("nodeTaints") or []
-        ),
-        tolerations=tuple(
-            Toleration(
-                key=str(t.get("key") or ""),
-                operator=str(t.get("operator") or "Equal"),
-                value=str(t.get("value") or ""),
-                effect=str(t.get("effect") or ""),
-            )
-            for t in spec.get("tolerations") or []
-        ),
+        node_taints=parse_taints(spec.get("nodeTaints")),
+        tolerations=parse_tolerations(spec.get("tolerations")),
     )
 
 

@@ -5,10 +5,10 @@ from datetime import datetime
 
 import pandas as pd
 
-from gpuwatch.analysis import Analysis, analysis_queues
+from gpuwatch.analysis import Analysis
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues
-from gpuwatch.report import build_report
+from gpuwatch.report import report_and_queues
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
 
 
@@ -28,7 +28,7 @@ class RawView(FleetView):
         self.analysis = filter_analysis(analysis, scope)
         self.queues = queues or no_queues()
         path = ReadPath(recorded=False, resolution_seconds=analysis.window.step_seconds)
-        headline = build_report(self.analysis, queues=self.queues)
+        headline, self._queue_tables = report_and_queues(self.analysis, queues=self.queues)
         super().__init__(scope=scope, headline=headline, computed_at=computed_at, read_path=path)
 
     @property
@@ -139,7 +139,7 @@ class RawView(FleetView):
         return self.analysis.pending[["namespace", "pod", "pool_free_ge", "largest_free_block_ge"]]
 
     def queue_tables(self) -> QueueTables:
-        return self._cached("queue_tables", lambda: analysis_queues(self.analysis, self.queues))
+        return self._queue_tables
 
 
 def holders(last: pd.DataFrame) -> pd.DataFrame:

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -389,41 +390,22 @@ class KubeApiServer:
         kind = str(body.get("kind", ""))
         group, _, group_version = str(body.get("apiVersion", "")).rpartition("/")
         if group == KUEUE_GROUP:
-            return self._as_kueue_table(body, group_version, version, include_object)
-        resource = next((r.name for r in _RESOURCES.values() if kind in (r.kind, f"{r.kind}List")), None)
-        if resource is None:
-            return body  # discovery and the like have no Table form
+            plural = next(r.plural for r in KUEUE_RESOURCES.values() if kind in (r.kind, f"{r.kind}List"))
+            render = partial(kueue_table, plural, group_version, table_version=version)
+        else:
+            resource = next((r.name for r in _RESOURCES.values() if kind in (r.kind, f"{r.kind}List")), None)
+            if resource is None:
+                return body  # discovery and the like have no Table form
+            render = partial(table, resource, version=version)
         if include_object not in INCLUDE_OBJECT:
             raise _bad_request(
                 f"includeObject: unsupported value {include_object!r}: one of {', '.join(INCLUDE_OBJECT)}"
             )
         listed = kind.endswith("List")
-        return table(
-            resource,
+        return render(
             body["items"] if listed else [body],
             metadata=body["metadata"] if listed else {"resourceVersion": self.resource_version},
             now=self.fleet.now,
-            version=version,
-            include_object=include_object,
-        )
-
-    def _as_kueue_table(
-        self, body: JsonObject, group_version: str, version: str, include_object: str
-    ) -> JsonObject:
-        kind = str(body.get("kind", ""))
-        plural = next(r.plural for r in KUEUE_RESOURCES.values() if kind in (r.kind, f"{r.kind}List"))
-        if include_object not in INCLUDE_OBJECT:
-            raise _bad_request(
-                f"includeObject: unsupported value {include_object!r}: one of {', '.join(INCLUDE_OBJECT)}"
-            )
-        listed = kind.endswith("List")
-        return kueue_table(
-            plural,
-            group_version,
-            body["items"] if listed else [body],
-            metadata=body["metadata"] if listed else {"resourceVersion": self.resource_version},
-            now=self.fleet.now,
-            table_version=version,
             include_object=include_object,
         )
 

@@ -275,10 +275,31 @@ def table(
     """The Table of `items` of `resource` (metadata: the list's resourceVersion, continue, ...), each row
     with its object whole, as PartialObjectMetadata or not at all (`include_object`)."""
     columns, cells = _PRINTERS[resource]
+    return table_of(
+        columns,
+        lambda obj: cells(obj, now),
+        items,
+        metadata=metadata,
+        version=version,
+        include_object=include_object,
+    )
+
+
+def table_of(
+    columns: Sequence[JsonObject],
+    cells: Callable[[JsonObject], list[Any]],
+    items: Sequence[JsonObject],
+    *,
+    metadata: JsonObject,
+    version: str,
+    include_object: str,
+) -> JsonObject:
+    """A meta.k8s.io Table of `items`: `columns`, a row of `cells` each, with its object whole, as
+    PartialObjectMetadata or not at all (`include_object`), as the API server answers kubectl get."""
     api_version = f"meta.k8s.io/{version}"
 
     def row(obj: JsonObject) -> JsonObject:
-        out: JsonObject = {"cells": cells(obj, now)}
+        out: JsonObject = {"cells": cells(obj)}
         if include_object == "Object":
             out["object"] = obj
         elif include_object == "Metadata":
@@ -293,6 +314,6 @@ def table(
         "kind": "Table",
         "apiVersion": api_version,
         "metadata": metadata,
-        "columnDefinitions": columns,
+        "columnDefinitions": list(columns),
         "rows": [row(obj) for obj in items],
     }

@@ -39,7 +39,7 @@ from gpuwatch.sources.simulated.kubeobjects import (
     rfc3339,
     uid,
 )
-from gpuwatch.sources.simulated.kubetables import human_duration
+from gpuwatch.sources.simulated.kubetables import human_duration, table_of
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # served; the first is the preferred (storage) version
@@ -945,7 +945,6 @@ def table(
     """The Table the API server prints Kueue objects as (its CRD table convertor): Name, then the CRD's
     columns; a value absent is a null cell, a date its age."""
     printers = _printers(plural, version)
-    api_version = f"meta.k8s.io/{table_version}"
 
     def cell(column: JsonObject, value: Any) -> Any:
         if value is None:
@@ -957,22 +956,11 @@ def table(
             return int(value)
         return str(value)
 
-    def row(obj: JsonObject) -> JsonObject:
-        out: JsonObject = {"cells": [obj["metadata"]["name"]] + [cell(c, get(obj)) for c, get in printers]}
-        if include_object == "Object":
-            out["object"] = obj
-        elif include_object == "Metadata":
-            out["object"] = {
-                "kind": "PartialObjectMetadata",
-                "apiVersion": api_version,
-                "metadata": obj.get("metadata", {}),
-            }
-        return out
-
-    return {
-        "kind": "Table",
-        "apiVersion": api_version,
-        "metadata": metadata,
-        "columnDefinitions": [_NAME] + [c for c, _ in printers],
-        "rows": [row(obj) for obj in items],
-    }
+    return table_of(
+        [_NAME] + [c for c, _ in printers],
+        lambda obj: [obj["metadata"]["name"]] + [cell(c, get(obj)) for c, get in printers],
+        items,
+        metadata=metadata,
+        version=table_version,
+        include_object=include_object,
+    )

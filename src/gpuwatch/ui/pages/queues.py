@@ -10,6 +10,7 @@ import dash
 import pandas as pd
 from dash import Input, Output, callback, html
 
+from gpuwatch.schema import QUEUE_ROWS, RECLAIM_CANDIDATES
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
     Column,
@@ -390,38 +391,8 @@ def _view(loaded: Loaded) -> View:
 
 
 # The report's fields of each table, for a download with no rows.
-QUEUE_FIELDS = (
-    "queue",
-    "namespace",
-    "cluster_queue",
-    "cohort",
-    "team",
-    "nominal_gpus",
-    "used_gpu_hours",
-    "borrowed_gpu_hours",
-    "lent_gpu_hours",
-    "admitted_workloads",
-    "pending_workloads",
-    "preemptions",
-    *WAIT_KEYS,
-    "reserved_unused_gpu_hours",
-    "reserved_unused_usd",
-)
-FAIRNESS_FIELDS = ("team", "allocation_share", "quota_share", "fairness_ratio", "dominant_pool")
+FAIRNESS_FIELDS = tuple(c.key for c in FAIRNESS_COLUMNS)
 BLOCKED_FIELDS = tuple(c.key for c in BLOCKED_COLUMNS)
-RECLAIM_FIELDS = (
-    "namespace",
-    "pod",
-    "team",
-    "pool",
-    "gpus",
-    "idle_since",
-    "idle_seconds",
-    "usd_per_hour",
-    "idle_usd_so_far",
-    "cluster_queue",
-    "borrowing",
-)
 
 
 def _rows_frame(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> Export:
@@ -430,7 +401,7 @@ def _rows_frame(rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> Exp
 
 @exporter("queues")
 def _export_queues(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
-    return _rows_frame(queue_rows(_view(loaded)), QUEUE_FIELDS)
+    return _rows_frame(queue_rows(_view(loaded)), tuple(QUEUE_ROWS.columns))
 
 
 @exporter("queues-fairness")
@@ -445,7 +416,7 @@ def _export_blocked(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
 
 @exporter("queues-reclaim")
 def _export_reclaim(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
-    return _rows_frame(reclaim_rows(_view(loaded)), RECLAIM_FIELDS)
+    return _rows_frame(reclaim_rows(_view(loaded)), tuple(RECLAIM_CANDIDATES.columns))
 
 
 @exporter("queues-usage")
