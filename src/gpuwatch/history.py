@@ -18,6 +18,7 @@ from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, rec
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, in_force, utc
+from gpuwatch.queues import queue_step
 from gpuwatch.schema import RIGHTSIZE_WORKLOADS
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
@@ -64,6 +65,7 @@ class History:
     coverage: Coverage
     sample_seconds: float  # the exporter's mean sample interval where it left samples (NaN: nowhere)
     prices: pd.DataFrame  # POOL_PRICES: the prices the exporter published, from each piece's start
+    queue_usage: pd.DataFrame  # QUEUE_USAGE as the exporter published it (empty: none published)
     workloads_read: bool = True  # False: the per-pod families were not read (a summary): no workload rows
     # (namespace, pod) of the workloads holding GPUs at the window's end; None: not known
     held_at_end: Collection[tuple[str, str]] | None = None
@@ -207,10 +209,17 @@ def read_sums(
     pods: bool = True,
     cuts: Sequence[datetime] = (),
 ) -> HistorySums:
-    """history_sums() of the window over read_pieces() (or `pieces`)."""
+    """history_sums() of the window over read_pieces() (or `pieces`), the queues' usage on the queue grid."""
     if pieces is None:
         pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
-    return history_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces, pods=pods)
+    return history_sums(
+        prometheus,
+        window,
+        piece_seconds=piece_seconds,
+        pieces=pieces,
+        pods=pods,
+        queue_step_seconds=queue_step(window),
+    )
 
 
 def merge_covered(pieces: pd.DataFrame, *, covered_ratio: float = PARTIAL_PIECE_RATIO) -> pd.DataFrame:
@@ -254,7 +263,8 @@ def scope_sums(
             mask &= frame["pool"].isin(pools)
         return frame[mask].reset_index(drop=True)
 
-    narrowed = {f.name: keep(getattr(sums, f.name)) for f in fields(sums) if f.name != "pieces"}
+    whole = ("pieces", "queue_usage")  # a queue's quota is its ClusterQueue's, as the raw path's
+    narrowed = {f.name: keep(getattr(sums, f.name)) for f in fields(sums) if f.name not in whole}
     nodes = set(narrowed["nodes_now"]["node"])
     for name in ("capacity_sum", "reporting_sum"):
         frame = narrowed[name]
@@ -282,7 +292,7 @@ def scope_sums(
             frame = pods[family].merge(price, on=["piece", "pool"], how="left")
             priced = frame.assign(value=frame["value"] * frame["usd_per_gpu_hour"])
             narrowed[name] = _grouped(priced, ("team",))
-    return HistorySums(pieces=sums.pieces, **narrowed)
+    return HistorySums(pieces=sums.pieces, queue_usage=sums.queue_usage, **narrowed)
 
 
 def _grouped(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -445,6 +455,7 @@ def assemble(
         coverage=coverage,
         sample_seconds=hours.sample_seconds,
         prices=_prices_in_force(sums),
+        queue_usage=sums.queue_usage,
         held_at_end=None if held_at_end is None else frozenset(held_at_end),
     )
 

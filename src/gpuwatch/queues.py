@@ -260,6 +260,7 @@ def queue_tables(
     idle: pd.DataFrame | None,
     pending: pd.DataFrame,
     reclaim_after_seconds: float,
+    recorded: pd.DataFrame | None = None,
 ) -> QueueTables:
     """A window's queue tables.
 
@@ -268,11 +269,16 @@ def queue_tables(
     (workload_inputs() makes both of a report's workload table). None when not read (a summary of
     recorded history): then what needs them is unknown — fairness' allocation shares, the GPUs idle
     beside pending demand (null in a report) — and no reclaim candidate is listed. pending: the
-    report's pending pods (namespace, pod, team, pool, gpus, waiting_seconds).
+    report's pending pods (namespace, pod, team, pool, gpus, waiting_seconds). recorded: QUEUE_USAGE on
+    the queue grid as the exporter published it (history): quota, borrowing and lending come from it
+    when it holds any row, so Workloads Kueue has deleted since still count; else from the Workloads.
     """
     POOL_PRICES.check(prices)
     grid, step = queue_grid(window), queue_step(window)
-    usage = queue_usage(setup.workloads, setup.quotas, grid, step)
+    if setup.installed and recorded is not None and len(recorded):
+        usage = QUEUE_USAGE.check(recorded)
+    else:
+        usage = queue_usage(setup.workloads, setup.quotas, grid, step)
     summary = queue_summary(usage, step, prices)
     end = window.end
     waits = wait_stats(setup.workloads, ["namespace", "queue"], start=window.start, as_of=end)

@@ -568,7 +568,8 @@ def history_queues(
     allocated: pd.DataFrame | None = None,
     idle: pd.DataFrame | None = None,
 ) -> QueueTables:
-    """The queue tables of a window read from gpuwatch's own series: the teams' allocation per pool and
+    """The queue tables of a window read from gpuwatch's own series: the queues' usage as the exporter
+    published it (from Kueue's Workloads where it published none), the teams' allocation per pool and
     the idle pods from its workload rows, when read, else as given (unknown when not)."""
     if history.workloads_read:
         allocated, idle = workload_inputs(history.tables["workload"], history.held_at_end)
@@ -580,6 +581,7 @@ def history_queues(
         idle=idle,
         pending=history.pending,
         reclaim_after_seconds=history.settings.idle.reclaim_after_seconds,
+        recorded=history.queue_usage,
     )
 
 

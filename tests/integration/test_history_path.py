@@ -477,3 +477,27 @@ def test_queues_agree(fleet: SimulatedFleet, settings: Settings) -> None:
     quota = [(p["pod"], p["reason"]) for p in history["pending"] if p["blocked_by"] == "quota"]
     assert quota == [(p["pod"], p["reason"]) for p in raw["pending"] if p["blocked_by"] == "quota"]
     assert quota and "insufficient unused quota" in quota[0][1]
+
+
+def test_queue_usage_outlives_deleted_workloads(fleet: SimulatedFleet, settings: Settings) -> None:
+    """Kueue deletes a Workload with its Job. The history path reads each queue's quota, use, borrowing and
+    lending from the gpuwatch_queue_* series the exporter published: a window whose finished Workloads
+    are gone reads as it did with them, where the raw path, which has only Kueue's objects, loses them."""
+    service = FleetService(settings=settings, sources=LiveSources(settings))
+    setup = service.queue_setup()
+    finished = setup.workloads["finished_at"].notna()
+    assert finished.any()
+    gone = replace(setup, workloads=setup.workloads[~finished])
+    history = read_history(settings, fleet.window)
+    assert len(history.queue_usage)
+    keys = ("namespace", "queue")
+    kept = _rows(build_history_report(history, queues=setup), "queues", *keys)
+    deleted = _rows(build_history_report(history, queues=gone), "queues", *keys)
+    raw = _rows(build_report(service.analysis(fleet.window), queues=gone), "queues", *keys)
+    columns = ("used_gpu_hours", "borrowed_gpu_hours", "lent_gpu_hours", "reserved_unused_usd")
+    assert deleted.keys() == kept.keys() == raw.keys()
+    for key, row in kept.items():
+        assert {c: deleted[key][c] for c in columns} == {c: row[c] for c in columns}, key
+    used = sum(r["used_gpu_hours"] for r in kept.values())
+    assert used > 0
+    assert sum(r["used_gpu_hours"] for r in raw.values()) < used - 1.0

@@ -28,7 +28,7 @@ ALLOWED = {
     "series": BASE | {"analysis", "queues"},
     # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service: the second
     # reader, whose sums go through the same pure analytics (right-sizing) as the raw path's samples.
-    "history": BASE | {"sources", "analytics", "series", "analysis"},
+    "history": BASE | {"sources", "analytics", "series", "analysis", "queues"},
     # backfill writes the simulated fleet's history into a TSDB directory (tsdb, promtool).
     "backfill": BASE | {"simulation", "series", "sources", "tsdb"},
     # tsdb writes series as Prometheus TSDB blocks.

@@ -109,6 +109,12 @@ def test_docstrings_show_the_exact_queries() -> None:
             ),
         ),
         (promql.team_state_gpus_latest_query, promql.team_state_gpus_latest_query()),
+        (
+            promql.queue_gpus_mean_query,
+            promql.queue_gpus_mean_query(
+                "gpuwatch_queue_used_gpus", range_seconds=5400, resolution_seconds=60
+            ),
+        ),
     ]:
         doc = (builder.__doc__ or "").split("\n", 1)[1]
         shown = textwrap.dedent(doc.split("::\n", 1)[1] if "::\n" in doc else doc).strip()

@@ -222,6 +222,59 @@ def test_a_windows_queue_tables_by_hand() -> None:
     assert (candidate["cluster_queue"], candidate["borrowing"]) == ("research", False)
 
 
+def test_recorded_usage_stands_for_workloads_kueue_has_deleted() -> None:
+    """The history path's usage, as the exporter published it, replaces the Workloads': none is left here
+    (Kueue deleted them with their Jobs), yet ml's borrowing and research's lending are counted. A sample
+    the exporter published nothing for (+3h) counts nothing: it is no row."""
+    s = setup()
+    gone = QueueSetup(
+        installed=True,
+        quotas=s.quotas,
+        workloads=s.workloads.iloc[0:0],
+        local_queues=s.local_queues,
+        cohorts=s.cohorts,
+    )
+    times = pd.to_datetime([T0, T0 + timedelta(hours=1), T0 + timedelta(hours=2)], utc=True)
+    recorded = pd.DataFrame(
+        {
+            "timestamp": times.repeat(2),
+            "cluster_queue": ["ml", "research"] * 3,
+            "cohort": ["c"] * 6,
+            "team": ["ml", "alpha"] * 3,
+            "pool": [H100] * 6,
+            "nominal_gpus": [2.0, 8.0] * 3,
+            "used_gpus": [4.0, 0.0, 4.0, 2.0, 3.0, 2.0],
+            "borrowed_gpus": [2.0, 0.0, 2.0, 0.0, 1.0, 0.0],
+            "lent_gpus": [0.0, 2.0, 0.0, 2.0, 0.0, 1.0],
+        }
+    )
+    pending = pd.DataFrame(columns=["namespace", "pod", "team", "pool", "gpus", "waiting_seconds"])
+
+    def rows_of(recorded: pd.DataFrame | None) -> pd.DataFrame:
+        tables = queue_tables(
+            gone,
+            window=WINDOW,
+            prices=PRICES,
+            allocated=None,
+            idle=None,
+            pending=pending,
+            reclaim_after_seconds=7200,
+            recorded=recorded,
+        )
+        return tables.queues.set_index("queue")
+
+    rows = rows_of(recorded)
+    assert rows.loc["ml-queue", "borrowed_gpu_hours"] == pytest.approx(5.0)  # (2 + 2 + 1) × 1 h
+    assert rows.loc["ml-queue", "used_gpu_hours"] == pytest.approx(11.0)
+    assert rows.loc["a-queue", "lent_gpu_hours"] == pytest.approx(5.0)
+    # research's unused H100 quota: (8 + 6 + 6) GE-h at $4; its T4 quota has no recorded sample.
+    assert rows.loc["a-queue", "reserved_unused_usd"] == pytest.approx(80.0)
+    assert rows.loc["ml-queue", "nominal_gpus"] == 2.0
+    assert rows.loc["a-queue", ["admitted_workloads", "pending_workloads"]].tolist() == [0, 0]
+    # Without a recorded row the Workloads are all there is: none left, nothing used.
+    assert rows_of(None).loc["ml-queue", "used_gpu_hours"] == 0.0
+
+
 def inputs(workloads: pd.DataFrame) -> dict[str, pd.DataFrame]:
     allocated, idle = workload_inputs(
         workloads, set(zip(workloads["namespace"], workloads["pod"], strict=True))

@@ -25,7 +25,7 @@ from urllib3.util.retry import Retry
 from gpuwatch.config import PrometheusSettings
 from gpuwatch.errors import ConfigError, PrometheusError
 from gpuwatch.model import MAX_POINTS_PER_SERIES, Window, utc
-from gpuwatch.schema import DCGM_SAMPLES
+from gpuwatch.schema import DCGM_SAMPLES, QUEUE_USAGE
 from gpuwatch.sources import promql
 from gpuwatch.sources.dcgm import (
     DEV_GPU_UTIL,
@@ -712,6 +712,8 @@ class HistorySums:
     pending_waiting_now: pd.DataFrame  # namespace, pod, team, pool: seconds waited
     pending_info_now: pd.DataFrame  # namespace, pod, team, pool and PENDING_INFO_LABELS
     tainted_nodes_now: pd.DataFrame  # pool, taint: nodes carrying it
+    # QUEUE_USAGE as the exporter published it (queue_usage_history; empty: not read, or none published)
+    queue_usage: pd.DataFrame = field(default_factory=QUEUE_USAGE.empty)
 
 
 def window_pieces(window: Window, *, piece_seconds: int = HISTORY_PIECE_SECONDS) -> pd.DataFrame:
@@ -1086,6 +1088,7 @@ def history_sums(
     piece_seconds: int = HISTORY_PIECE_SECONDS,
     pieces: pd.DataFrame | None = None,
     pods: bool = True,
+    queue_step_seconds: int | None = None,
 ) -> HistorySums:
     """Every gpuwatch_* sum, count and last value the history report needs, piece by piece (server-side
     aggregation: per pod at most, never per GPU; history_pieces() says which pieces come from the hourly
@@ -1093,7 +1096,8 @@ def history_sums(
 
     pods=False leaves the per-pod families and what is counted from them (namespace_*) empty: a team
     trend needs only the team, pool and node series, and a view reads the rest as a page asks
-    (PodReader)."""
+    (PodReader). queue_step_seconds: the queue grid's step, to read the queues' usage on it
+    (queue_usage_history; None: not read)."""
 
     if pieces is None:
         pieces = history_pieces(source, window, piece_seconds=piece_seconds)
@@ -1145,6 +1149,15 @@ def history_sums(
             ),
             tainted_nodes_now=now(promql.pool_tainted_nodes_latest_query(), ("pool", "taint")),
         )
+        if queue_step_seconds is not None:
+            resolution = int(pieces["resolution_seconds"].min()) if len(pieces) else 0
+            reads["queue_usage"] = pool.submit(
+                queue_usage_history,
+                source,
+                window,
+                step_seconds=queue_step_seconds,
+                resolution_seconds=resolution or DEFAULT_HISTORY_RESOLUTION_SECONDS,
+            )
     frames = {k: v.result() for k, v in reads.items()}
     frames |= families.result() if families is not None else dict.fromkeys(POD_FAMILIES, empty_pods)
     return HistorySums(pieces=pieces, **frames, **pod_totals(frames))
@@ -1185,6 +1198,40 @@ def history_timeline(source: PrometheusSource, window: Window, *, bucket_seconds
         fragmented_sum=each(fragmented, ("pool",)),
         free_sum=each(free, ("pool",)),
     )
+
+
+def queue_usage_history(
+    source: PrometheusSource, window: Window, *, step_seconds: int, resolution_seconds: int
+) -> pd.DataFrame:
+    """QUEUE_USAGE as `gpuwatch export` published it (gpuwatch_queue_{nominal,used,borrowed,lent}_gpus), on
+    the grid of the window's start `step_seconds` apart: sample t is each family's mean over the
+    exporter's cycles in (t, t + step], read at t + step. A queue and pool the exporter published nothing
+    for at a sample has no row there (the queue did not exist, or no exporter ran: coverage says which);
+    empty when it never published one (no Kueue, or an exporter before gpuwatch read it). A few series
+    per queue: each family is one range query over the whole window."""
+    n = math.ceil(window.duration_seconds / step_seconds)
+    keys = ["timestamp", *promql.QUEUE_POOL_LABELS]
+
+    def read(metric: str) -> pd.DataFrame:
+        query = promql.queue_gpus_mean_query(
+            metric, range_seconds=step_seconds, resolution_seconds=resolution_seconds
+        )
+        first = window.start + timedelta(seconds=step_seconds)
+        frame = source.range_points(
+            query, first=first, n=n, step_seconds=step_seconds, span_seconds=ROLLUP_CHUNK_SECONDS
+        ).frame()
+        column = metric.removeprefix("gpuwatch_queue_")
+        out = pd.DataFrame({k: frame[k] if k in frame else pd.Series(dtype="str") for k in keys})
+        return out.assign(**{column: frame["value"].to_numpy(dtype=np.float64)}).set_index(keys)
+
+    with ThreadPoolExecutor(max_workers=len(promql.QUEUE_GPU_METRICS)) as pool:
+        parts = list(pool.map(read, promql.QUEUE_GPU_METRICS))
+    usage = pd.concat(parts, axis=1, join="outer").reset_index()
+    if not len(usage):
+        return QUEUE_USAGE.empty()
+    usage["timestamp"] = usage["timestamp"] - pd.Timedelta(seconds=step_seconds)
+    usage = usage.sort_values(["cluster_queue", "pool", "timestamp"], ignore_index=True)
+    return QUEUE_USAGE.check(usage[list(QUEUE_USAGE.columns)].astype({k: "str" for k in keys[1:]}))
 
 
 def team_pool_timeline(

@@ -913,6 +913,32 @@ def pending_pod_info_latest_query() -> str:
     return f"max by ({labels}) ({selector('gpuwatch_pending_pod_info')})"
 
 
+# A ClusterQueue's GE in a pool as the exporter published it each cycle (QUEUE_USAGE's columns).
+QUEUE_GPU_METRICS = (
+    "gpuwatch_queue_nominal_gpus",
+    "gpuwatch_queue_used_gpus",
+    "gpuwatch_queue_borrowed_gpus",
+    "gpuwatch_queue_lent_gpus",
+)
+
+
+def queue_gpus_mean_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+    """A ClusterQueue's nominal, used, borrowed or lent GE in a pool, averaged over the grid points of the
+    range: the queue's mean over a sample of the queue grid, whatever Workloads Kueue has deleted since.
+
+    The same for gpuwatch_queue_nominal_gpus, _borrowed_gpus and _lent_gpus;
+    queue_gpus_mean_query("gpuwatch_queue_used_gpus", range_seconds=5400, resolution_seconds=60) is::
+
+        avg_over_time(
+          (
+            max by (cluster_queue, cohort, team, pool) (avg_over_time(gpuwatch_queue_used_gpus[59999ms]))
+          )[5399999ms:60s]
+        )
+    """
+    metric = _one_of_metrics(metric, QUEUE_GPU_METRICS)
+    return _on_grid("avg_over_time", metric, range_seconds, resolution_seconds)
+
+
 def pool_tainted_nodes_latest_query() -> str:
     """How many of each pool's nodes carry each taint now (instant query).
 
