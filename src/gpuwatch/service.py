@@ -17,7 +17,7 @@ from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import ConfigError, KubernetesError
 from gpuwatch.model import KueueState, TeamRules, Window
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_setup
-from gpuwatch.sources.clustercache import ClusterCache
+from gpuwatch.sources.clustercache import ClusterCache, KueueCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.kueue import kueue_state as kueue_state
@@ -35,7 +35,7 @@ from gpuwatch.sources.simulated.fleet import SimulatedFleet
 from gpuwatch.sources.simulated.kueueobjects import KUEUE_VERSIONS, kueue_objects
 from gpuwatch.sources.simulated.source import SimulatedSource
 
-QUEUE_READ_SECONDS = 60.0  # Kueue's objects are listed again after this long (no watch on them yet)
+QUEUE_READ_SECONDS = 60.0  # Kueue's queues are made again after this long (from the watches, or listed)
 
 
 class Closable(Protocol):
@@ -113,6 +113,7 @@ class LiveSources:
         )
         # Long-running processes (export, serve) follow the cluster by watches: no list per cycle.
         self.cluster = ClusterCache(self.kubernetes) if watch_cluster else None
+        self.kueue = KueueCache(self.kubernetes) if watch_cluster else None
         self._clock = clock or (lambda: datetime.now(UTC))
 
     def cluster_state(self) -> ClusterState:
@@ -127,6 +128,8 @@ class LiveSources:
         return self.kubernetes.node_state(namespaces=namespaces)
 
     def kueue_state(self) -> KueueState:
+        if self.kueue is not None:
+            return self.kueue.kueue_state()
         return kueue_state(self.kubernetes)
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""The cluster kept current by watches (the informer pattern): each kind is listed once, then followed.
+"""The cluster, and Kueue's objects, kept current by watches (the informer pattern): each kind is listed
+once, then followed.
 
 Each kind (nodes, pods, namespaces, resourcequotas) has a thread that lists it, then watches from the
 list's resourceVersion with bookmarks; a watch the server ends is resumed from the last version seen
@@ -8,11 +9,14 @@ not every pod of the cluster, each parsed once, when it is listed or changes.
 """
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Generic, TypeVar
 
 from gpuwatch.errors import KubernetesError
+from gpuwatch.model import KueueState
 from gpuwatch.sources.kubernetes import (
     ClusterState,
     JsonObject,
@@ -20,6 +24,16 @@ from gpuwatch.sources.kubernetes import (
     running_pod_entry,
     state_from_parsed,
 )
+from gpuwatch.sources.kueue import (
+    KUEUE_GROUP,
+    KUEUE_RBAC,
+    KUEUE_RESOURCES,
+    ParsedObject,
+    kueue_path,
+    kueue_served,
+    parse_object,
+)
+from gpuwatch.sources.kueue import state_from_parsed as kueue_from_parsed
 
 KINDS: Final = ("nodes", "pods", "namespaces", "resourcequotas")
 WATCH_TIMEOUT_SECONDS: Final = 300  # the server ends a watch after this; it is then resumed
@@ -40,15 +54,19 @@ class _Watched(Generic[T]):
     """One kind: its objects by (namespace, name) as `read` makes them (None: not kept), the version they
     are at, and its thread."""
 
-    def __init__(self, source: KubernetesSource, kind: str, read: Callable[[JsonObject], T | None]) -> None:
+    def __init__(
+        self, source: KubernetesSource, kind: str, read: Callable[[JsonObject], T | None], *, needs: str = ""
+    ) -> None:
         self.source = source
         self.kind = kind
         self.read = read
+        self.needs = needs  # the RBAC a 403 names (KubernetesSource.list_versioned)
         self.objects: dict[tuple[str, str], T] = {}
         self.version: str | None = None
         self.stats = WatchStats()
         self.error = ""
-        self.synced = threading.Event()
+        self.synced = threading.Event()  # listed once
+        self.tried = threading.Event()  # listed once, or a list failed
         self.lock = threading.Lock()
 
     def run(self, stop: threading.Event, *, timeout_seconds: int, retry_seconds: float) -> None:
@@ -60,10 +78,11 @@ class _Watched(Generic[T]):
             except KubernetesError as e:
                 self.error = str(e)
                 self.stats.cut += 1
+                self.tried.set()
                 stop.wait(retry_seconds)
 
     def _list(self) -> None:
-        items, version, _restarts = self.source.list_versioned(self.kind)
+        items, version, _restarts = self.source.list_versioned(self.kind, needs=self.needs)
         self.stats.lists += 1
         read = ((_key(obj), self.read(obj)) for obj in items)
         kept = {key: value for key, value in read if value is not None}
@@ -71,12 +90,13 @@ class _Watched(Generic[T]):
             self.objects, self.version = kept, version
         self.error = ""
         self.synced.set()
+        self.tried.set()
 
     def _follow(self, stop: threading.Event, timeout_seconds: int) -> None:
         assert self.version is not None
         self.stats.watches += 1
         for event in self.source.watch_raw(
-            self.kind, resource_version=self.version, timeout_seconds=timeout_seconds
+            self.kind, resource_version=self.version, timeout_seconds=timeout_seconds, needs=self.needs
         ):
             if stop.is_set():
                 return
@@ -175,3 +195,80 @@ def _slim(obj: JsonObject) -> JsonObject:
     if isinstance(meta, dict) and "managedFields" in meta:
         return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     return obj
+
+
+class KueueCache:
+    """kueue_state() from watched Kueue objects (the informer pattern, as ClusterCache): the version the
+    server serves found once, each collection listed once and then followed, each object parsed when it
+    is listed or changes. Without Kueue the server is asked again after `probe_seconds` (it may be
+    installed later); a collection it does not serve (Cohorts before Kueue 0.13) is none."""
+
+    def __init__(
+        self,
+        source: KubernetesSource,
+        *,
+        timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        retry_seconds: float = 10.0,
+        sync_seconds: float = 120.0,
+        probe_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.timeout_seconds = timeout_seconds
+        self.retry_seconds = retry_seconds
+        self.sync_seconds = sync_seconds
+        self.probe_seconds = probe_seconds
+        self._clock = clock
+        self._version = ""
+        self._kinds: dict[str, _Watched[ParsedObject]] = {}
+        self._probed_at: float | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def kueue_state(self) -> KueueState:
+        """Kueue's objects as the watches last saw them; KueueState(installed=False) without Kueue; a
+        KubernetesError while a collection cannot be listed (a 403 names the RBAC needed)."""
+        with self._lock:
+            if not self._kinds and not self._probe():
+                return KueueState(installed=False)
+            kinds = dict(self._kinds)
+        for watched in kinds.values():
+            if not watched.tried.wait(self.sync_seconds):
+                raise KubernetesError(f"kubernetes: listing {watched.kind} timed out")
+            if not watched.synced.is_set():
+                raise KubernetesError(watched.error)
+        parsed = {plural: watched.items() for plural, watched in kinds.items()}
+        return kueue_from_parsed(parsed, version=self._version)
+
+    def _probe(self) -> bool:
+        """Whether Kueue is served (its watches started if so); asked at most every probe_seconds."""
+        now = self._clock()
+        if self._probed_at is not None and now - self._probed_at < self.probe_seconds:
+            return False
+        self._probed_at = now
+        served = kueue_served(self.source)
+        if served is None:
+            return False
+        self._version = served[0]
+        for plural in KUEUE_RESOURCES:
+            if plural == "cohorts" and self.source.list_custom(KUEUE_GROUP, self._version, plural) is None:
+                continue  # not served: no Cohort objects
+            path, parse = kueue_path(self._version, plural), partial(parse_object, plural)
+            watched = _Watched(self.source, path, parse, needs=KUEUE_RBAC)
+            thread = threading.Thread(
+                target=watched.run,
+                args=(self._stop,),
+                kwargs={"timeout_seconds": self.timeout_seconds, "retry_seconds": self.retry_seconds},
+                name=f"gpuwatch-watch-{plural}",
+                daemon=True,
+            )
+            thread.start()
+            self._kinds[plural] = watched
+        return True
+
+    def stop(self) -> None:
+        """Ask the watchers to end (each ends at its watch's next event, bookmark or timeout)."""
+        self._stop.set()
+
+    def stats(self) -> dict[str, WatchStats]:
+        return {k: WatchStats(**vars(w.stats)) for k, w in self._kinds.items()}

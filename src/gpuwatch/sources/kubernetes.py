@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -129,30 +130,25 @@ class KubernetesSource:
         the server does not serve it (404: the group, version or CRD is not installed). A 403 is one line
         naming the RBAC gpuwatch `needs` (default: get/list/watch on <plural> in the API group)."""
         try:
-            return self.list_raw(f"/apis/{group}/{version}/{plural}")
+            items, _version, restarts = self.list_versioned(f"/apis/{group}/{version}/{plural}", needs=needs)
+            return items, restarts
         except KubernetesError as e:
             cause = e.__cause__
             if isinstance(cause, ApiException) and cause.status == 404:
                 return None
-            if isinstance(cause, ApiException) and cause.status == 403:
-                try:
-                    detail = _one_line(json.loads(cause.body or "{}").get("message", ""))
-                except (ValueError, AttributeError):
-                    detail = ""
-                wanted = needs or f'get/list/watch on {plural} in API group "{group}"'
-                raise KubernetesError(
-                    f"kubernetes: forbidden (403): {detail or f'cannot list {plural}.{group}'}; "
-                    f"gpuwatch needs {wanted}"
-                ) from cause
             raise
 
-    def list_versioned(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], str, int]:
-        """list_raw(), and the resourceVersion the list was read at (where a watch of it starts)."""
+    def list_versioned(
+        self, kind: str, *, field_selector: str = "", needs: str = ""
+    ) -> tuple[list[JsonObject], str, int]:
+        """list_raw(), and the resourceVersion the list was read at (where a watch of it starts). A 403 names
+        the RBAC gpuwatch `needs` (default: gpuwatch's core kinds, or get/list/watch on a custom resource's
+        collection)."""
         restarts = 0
         while True:
             versions: list[str] = []
             try:
-                items = list(self._pages(kind, field_selector, versions))
+                items = list(self._pages(kind, field_selector, versions, needs))
                 return items, versions[0] if versions else "", restarts
             except _ExpiredError:
                 restarts += 1
@@ -163,7 +159,7 @@ class KubernetesSource:
                     ) from None
 
     def _pages(
-        self, kind: str, field_selector: str, versions: list[str] | None = None
+        self, kind: str, field_selector: str, versions: list[str] | None = None, needs: str = ""
     ) -> Iterator[JsonObject]:
         token: str | None = None
         while True:
@@ -175,7 +171,7 @@ class KubernetesSource:
             except ApiException as e:
                 if e.status == 410 and token:
                     raise _ExpiredError from e
-                raise _api_error(e, kind) from e
+                raise _api_error(e, kind, needs) from e
             except (urllib3.exceptions.HTTPError, OSError) as e:
                 raise KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}") from e
             except ValueError as e:
@@ -188,7 +184,9 @@ class KubernetesSource:
             if not token:
                 return
 
-    def watch_raw(self, kind: str, *, resource_version: str, timeout_seconds: int) -> Iterator[JsonObject]:
+    def watch_raw(
+        self, kind: str, *, resource_version: str, timeout_seconds: int, needs: str = ""
+    ) -> Iterator[JsonObject]:
         """The events of a watch of `kind` from `resource_version` (with bookmarks), as raw JSON objects
         {"type", "object"}, until the server ends it after about `timeout_seconds`. An ERROR event is
         yielded as is (410 Expired: the version was compacted, list again); a dropped connection is a
@@ -202,7 +200,7 @@ class KubernetesSource:
             }
             response = self._get(kind, query, (self.timeout_seconds, timeout_seconds + self.timeout_seconds))
         except ApiException as e:
-            raise _api_error(e, kind) from e
+            raise _api_error(e, kind, needs) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}") from e
         try:
@@ -373,7 +371,9 @@ def _load_api_client(kubeconfig: str | None, context: str | None) -> Any:
         raise ConfigError(f"kubernetes: cannot read kubeconfig {kubeconfig}: {e.strerror}") from e
 
 
-def _api_error(e: ApiException, kind: str) -> KubernetesError:
+def _api_error(e: ApiException, kind: str, needs: str = "") -> KubernetesError:
+    """One line for a failed request of `kind` (a core kind or a collection path); a 403 names the RBAC
+    gpuwatch `needs` (default: its core kinds', or get/list/watch on a custom resource's collection)."""
     message = ""
     try:
         message = json.loads(e.body or "{}").get("message", "")
@@ -384,11 +384,15 @@ def _api_error(e: ApiException, kind: str) -> KubernetesError:
             "kubernetes: unauthorized (401): the credentials in the kubeconfig were rejected"
         )
     if e.status == 403:
-        detail = _one_line(message) or f"cannot list {kind}"
-        return KubernetesError(
-            f"kubernetes: forbidden (403): {detail}; gpuwatch needs get/list/watch on pods, nodes, "
-            "namespaces and resourcequotas"
-        )
+        custom = re.fullmatch(r"/apis/([^/]+)/[^/]+/([^/?]+)", kind)
+        if custom:
+            group, plural = custom.groups()
+            detail = _one_line(message) or f"cannot list {plural}.{group}"
+            wanted = needs or f'get/list/watch on {plural} in API group "{group}"'
+        else:
+            detail = _one_line(message) or f"cannot list {kind}"
+            wanted = needs or "get/list/watch on pods, nodes, namespaces and resourcequotas"
+        return KubernetesError(f"kubernetes: forbidden (403): {detail}; gpuwatch needs {wanted}")
     return KubernetesError(f"kubernetes: listing {kind} failed ({e.status} {e.reason}): {_one_line(message)}")
 
 

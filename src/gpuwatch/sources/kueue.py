@@ -7,7 +7,8 @@ ClusterQueue's cohort (spec.cohortName, spec.cohort in v1beta1), so one parser r
 """
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -57,14 +58,12 @@ def kueue_state(source: KubernetesSource) -> KueueState:
     A Cohort collection the server does not serve (Kueue before 0.13 had it in v1alpha1 only) is no
     cohort object.
     """
-    for version in KUEUE_VERSIONS:
-        queues = source.list_custom(KUEUE_GROUP, version, "clusterqueues", needs=KUEUE_RBAC)
-        if queues is not None:
-            break
-    else:
+    served = kueue_served(source)
+    if served is None:
         return KueueState(installed=False)
-    raw: dict[str, list[JsonObject]] = {"clusterqueues": queues[0]}
-    restarts = queues[1]
+    version, first = served
+    raw: dict[str, list[JsonObject]] = {"clusterqueues": first[0]}
+    restarts = first[1]
     for plural in KUEUE_RESOURCES:
         if plural == "clusterqueues":
             continue
@@ -74,29 +73,70 @@ def kueue_state(source: KubernetesSource) -> KueueState:
     return state_from_raw(raw, version=version, list_restarts=restarts)
 
 
+def kueue_served(source: KubernetesSource) -> tuple[str, tuple[list[JsonObject], int]] | None:
+    """The Kueue API version the server serves (the first of KUEUE_VERSIONS) and its ClusterQueues as
+    list_custom() lists them; None without Kueue. A 403 is a KubernetesError naming the RBAC needed."""
+    for version in KUEUE_VERSIONS:
+        queues = source.list_custom(KUEUE_GROUP, version, "clusterqueues", needs=KUEUE_RBAC)
+        if queues is not None:
+            return version, queues
+    return None
+
+
+def kueue_path(version: str, plural: str) -> str:
+    """The collection of a Kueue resource across namespaces."""
+    return f"/apis/{KUEUE_GROUP}/{version}/{plural}"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedObject:
+    """One Kueue object as parse_object() read it: the model object (None: malformed, skipped) and the
+    problems met (each counted, each message once)."""
+
+    item: Any
+    problems: tuple[str, ...] = ()
+    count: int = 0
+
+
+def parse_object(plural: str, obj: Any) -> ParsedObject:
+    """A raw object of a Kueue collection (KUEUE_RESOURCES) parsed: a malformed one never breaks the rest."""
+    problems = _Problems()
+    item = _guarded(_PARSERS[plural], obj, problems, plural)
+    return ParsedObject(item, tuple(problems.messages), problems.count)
+
+
 def state_from_raw(
     raw: Mapping[str, list[JsonObject]], *, version: str, list_restarts: int = 0
 ) -> KueueState:
     """The KueueState of raw objects by plural (resourceflavors, cohorts, clusterqueues, localqueues,
     workloads; a missing plural is none)."""
+    parsed = {plural: [parse_object(plural, obj) for obj in raw.get(plural) or []] for plural in _PARSERS}
+    return state_from_parsed(parsed, version=version, list_restarts=list_restarts)
+
+
+def state_from_parsed(
+    parsed: Mapping[str, Sequence[ParsedObject]], *, version: str, list_restarts: int = 0
+) -> KueueState:
+    """The KueueState of parsed objects by plural (a missing plural is none): their problems counted, each
+    message warned of once."""
     problems = _Problems()
 
-    def parsed(plural: str, parse: Callable[[JsonObject, _Problems], T | None]) -> tuple[T, ...]:
+    def items(plural: str) -> tuple[Any, ...]:
         out = []
-        for obj in raw.get(plural) or []:
-            item = _guarded(parse, obj, problems, plural)
-            if item is not None:
-                out.append(item)
+        for p in parsed.get(plural) or ():
+            problems.merge(_Problems(p.count, list(p.problems)))
+            if p.item is not None:
+                out.append(p.item)
         return tuple(out)
 
     return KueueState(
         installed=True,
         version=version,
-        flavors=parsed("resourceflavors", parse_resource_flavor),
-        cohorts=parsed("cohorts", parse_cohort),
-        cluster_queues=parsed("clusterqueues", parse_cluster_queue),
-        local_queues=parsed("localqueues", parse_local_queue),
-        workloads=parsed("workloads", parse_workload),
+        flavors=items("resourceflavors"),
+        cohorts=items("cohorts"),
+        cluster_queues=items("clusterqueues"),
+        local_queues=items("localqueues"),
+        workloads=items("workloads"),
         warnings=tuple(problems.messages),
         skipped=problems.count,
         list_restarts=list_restarts,
@@ -336,3 +376,13 @@ def _required_time(text: Any) -> datetime:
     if when is None:
         raise ValueError("no metadata.creationTimestamp")
     return when
+
+
+# The parser of each collection gpuwatch reads (KUEUE_RESOURCES).
+_PARSERS: Mapping[str, Callable[[JsonObject, _Problems], Any]] = {
+    "resourceflavors": parse_resource_flavor,
+    "cohorts": parse_cohort,
+    "clusterqueues": parse_cluster_queue,
+    "localqueues": parse_local_queue,
+    "workloads": parse_workload,
+}

@@ -562,23 +562,29 @@ class KubeApiServer:
         return matches
 
     def _watch(self, path: str, query: dict[str, str]) -> Iterator[bytes]:
-        """The watch of a collection path (/api/v1/pods, /api/v1/namespaces/x/pods, ...)."""
-        seg = path.strip("/").split("/")
-        if len(seg) == 3 and seg[:2] == ["api", "v1"] and seg[2] in _RESOURCES:
-            resource, namespace = seg[2], None
-        elif (
-            len(seg) == 5 and seg[:3] == ["api", "v1", "namespaces"] and seg[4] in ("pods", "resourcequotas")
-        ):
-            resource, namespace = seg[4], seg[3]
-        else:
+        """The watch of a collection path (/api/v1/pods, /api/v1/namespaces/x/pods,
+        /apis/kueue.x-k8s.io/v1beta2/workloads, ...)."""
+        collection = self._collection(path.strip("/").split("/"))
+        if collection is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", details={})
+        resource, namespace, version = collection
         self._authorize("watch", resource, namespace, None)
         matches = self._matcher(resource, namespace, query)
-        kind = _RESOURCES[resource].kind
+        if version:
+            kind = KUEUE_RESOURCES[resource].kind
+            api_version = f"{KUEUE_GROUP}/{version}"
+
+            def render(obj: JsonObject) -> JsonObject:
+                return at_version(resource, obj, version)
+        else:
+            kind, api_version = _RESOURCES[resource].kind, "v1"
+
+            def render(obj: JsonObject) -> JsonObject:
+                return _with_kind(obj, kind)
 
         def initial() -> list[JsonObject]:
             with self._lock:
-                return [_with_kind(o, kind) for o in self._objects[resource] if matches(o)]
+                return [render(o) for o in self._objects[resource] if matches(o)]
 
         timeout = min(
             float(query.get("timeoutSeconds") or self.watch_timeout_seconds), self.watch_timeout_seconds
@@ -593,7 +599,24 @@ class KubeApiServer:
             bookmarks=query.get("allowWatchBookmarks") in ("true", "1"),
             timeout_seconds=timeout,
             bookmark_seconds=self.bookmark_seconds,
+            render=render,
+            api_version=api_version,
         )
+
+    def _collection(self, seg: list[str]) -> tuple[str, str | None, str] | None:
+        """(resource, namespace or None, Kueue version or "") of a watchable collection path's segments."""
+        if len(seg) == 3 and seg[:2] == ["api", "v1"] and seg[2] in _RESOURCES:
+            return seg[2], None, ""
+        if len(seg) == 5 and seg[:3] == ["api", "v1", "namespaces"] and seg[4] in ("pods", "resourcequotas"):
+            return seg[4], seg[3], ""
+        if seg[:2] != ["apis", KUEUE_GROUP] or len(seg) not in (4, 6) or seg[2] not in self.kueue_versions:
+            return None
+        found = KUEUE_RESOURCES.get(seg[-1])
+        if found is None:
+            return None
+        if len(seg) == 4:
+            return found.plural, None, seg[2]
+        return (found.plural, seg[4], seg[2]) if seg[3] == "namespaces" and found.namespaced else None
 
 
 def _key(obj: JsonObject) -> tuple[str, str]:

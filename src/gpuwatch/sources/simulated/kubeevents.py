@@ -106,8 +106,11 @@ def watch_lines(
     timeout_seconds: float,
     bookmark_seconds: float,
     clock: Callable[[], float] = time.monotonic,
+    render: Callable[[JsonObject], JsonObject] = lambda obj: obj,
+    api_version: str = "v1",
 ) -> Iterator[bytes]:
-    """The watch stream, one JSON event per line, until `timeout_seconds` or the log closes."""
+    """The watch stream, one JSON event per line, until `timeout_seconds` or the log closes; each changed
+    object as `render` serves it (the version asked for), bookmarks of `api_version`."""
     deadline = clock() + timeout_seconds
     if since in ("", "0"):
         version = log.version
@@ -129,10 +132,10 @@ def watch_lines(
         events, version = found
         for event in events:
             if matches(event.obj):
-                yield _line(event.type, event.obj)
+                yield _line(event.type, render(event.obj))
         if bookmarks and clock() >= next_bookmark:
             meta = {"resourceVersion": str(version)}
-            yield _line("BOOKMARK", {"kind": kind, "apiVersion": "v1", "metadata": meta})
+            yield _line("BOOKMARK", {"kind": kind, "apiVersion": api_version, "metadata": meta})
             next_bookmark = clock() + bookmark_seconds
         until = min(deadline, next_bookmark) if bookmarks else deadline
         log.wait(version, max(0.0, until - clock()))
