@@ -9,7 +9,7 @@ from dash import dcc
 
 from gpuwatch.model import LEDGER_STATES
 from gpuwatch.ui.components import Column, Markup, first_nodes, table, two_lines
-from gpuwatch.ui.figures import sparkline_svg, waste_treemap
+from gpuwatch.ui.figures import queue_borrowing, sparkline_svg, waste_treemap
 from gpuwatch.ui.rows import free_gpus, gpu_marks, gpus_to_look_at
 
 
@@ -191,3 +191,33 @@ def test_a_gpu_is_marked_only_by_what_is_known_about_it() -> None:
         "remap": [False, True, False, False],
         "hot": [False, False, True, False],
     }
+
+
+def test_the_borrowing_panels_send_values_alone_on_one_regular_grid() -> None:
+    """A month of queues is 480 samples each: every trace sends its values from x0 every dx (no time per
+    point), summed over the queue's pools; a sample a queue lacks is a gap, never 0."""
+    times = pd.date_range("2026-10-21", periods=4, freq="90min", tz="UTC")
+    usage = pd.DataFrame(
+        {
+            "timestamp": [*times, *times, times[0], times[3]],
+            "cluster_queue": ["a"] * 8 + ["b"] * 2,
+            "cohort": "c",
+            "team": "t",
+            "pool": ["p"] * 4 + ["q"] * 4 + ["p"] * 2,
+            "nominal_gpus": 4.0,
+            "used_gpus": [1.0, 2.0, 5.0, 6.0, 0.5, 0.5, 0.5, 0.5, 3.0, 1.0],
+            "borrowed_gpus": [0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            "lent_gpus": 0.0,
+        }
+    )
+    fig = queue_borrowing(usage)
+    assert len(fig.data) == 8  # own, borrowed, lent, nominal for each of two queues
+    for trace in fig.data:
+        assert trace.x is None and trace.x0 == "2026-10-21 00:00:00" and trace.dx == 90 * 60 * 1000
+        assert trace.y.dtype == "float32" and len(trace.y) == 4
+    own_a, borrowed_a, _lent_a, nominal_a, own_b = fig.data[:5]
+    assert own_a.y.tolist() == [1.5, 2.5, 4.5, 4.5]  # used over both pools − borrowed
+    assert borrowed_a.y.tolist() == [0.0, 0.0, 1.0, 2.0]
+    assert nominal_a.y.tolist() == [8.0] * 4
+    assert own_b.y[0] == 3.0 and own_b.y[3] == 1.0
+    assert math.isnan(own_b.y[1]) and math.isnan(own_b.y[2])

@@ -124,7 +124,8 @@ def state_from_parsed(
     def items(plural: str) -> tuple[Any, ...]:
         out = []
         for p in parsed.get(plural) or ():
-            problems.merge(_Problems(p.count, list(p.problems)))
+            if p.count:
+                problems.merge(_Problems(p.count, list(p.problems)))
             if p.item is not None:
                 out.append(p.item)
         return tuple(out)

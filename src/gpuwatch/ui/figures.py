@@ -501,13 +501,23 @@ def queue_borrowing(usage: pd.DataFrame, titles: Mapping[str, str] | None = None
         legend={"y": 1 + 26 / (height - top - bottom)},
     )
     fig.update_annotations(font={"size": 12, "color": "#243b53"})  # the panel titles
+    # Every panel on one regular grid (a sample a queue lacks is a gap): each trace sends its values alone,
+    # from x0 every dx, as float32 (what a panel can show): a month of a dozen queues is a fifth the bytes.
+    grid = pd.DatetimeIndex(sorted(set(per_queue["timestamp"])))
+    step = (grid[1:] - grid[:-1]).min() if len(grid) > 1 else pd.Timedelta(0)
+    if len(grid) > 1:
+        grid = pd.date_range(grid[0], grid[-1], freq=step)
+    x0 = grid[0].strftime("%Y-%m-%d %H:%M:%S")
+    dx = step.total_seconds() * 1000.0
     for k, queue in enumerate(queues):
-        frame = per_queue[per_queue["cluster_queue"] == queue].sort_values("timestamp")
+        frame = per_queue[per_queue["cluster_queue"] == queue].set_index("timestamp").reindex(grid)
+        frame = frame.drop(columns="cluster_queue").astype("float32")
         row, col = k // cols + 1, k % cols + 1
         traces = [
             go.Scatter(
-                x=frame["timestamp"],
-                y=frame[column],
+                x0=x0,
+                dx=dx,
+                y=frame[column].to_numpy(),
                 name=label,
                 legendgroup=column,
                 showlegend=k == 0,
@@ -521,8 +531,9 @@ def queue_borrowing(usage: pd.DataFrame, titles: Mapping[str, str] | None = None
         ]
         traces.append(
             go.Scatter(
-                x=frame["timestamp"],
-                y=frame["nominal_gpus"],
+                x0=x0,
+                dx=dx,
+                y=frame["nominal_gpus"].to_numpy(),
                 name="nominal quota",
                 legendgroup="nominal",
                 showlegend=k == 0,
