@@ -4,6 +4,7 @@ tables of text as one component."""
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from dash import dcc
 
@@ -221,3 +222,28 @@ def test_the_borrowing_panels_send_values_alone_on_one_regular_grid() -> None:
     assert nominal_a.y.tolist() == [8.0] * 4
     assert own_b.y[0] == 3.0 and own_b.y[3] == 1.0
     assert math.isnan(own_b.y[1]) and math.isnan(own_b.y[2])
+
+
+def test_a_long_grid_is_drawn_as_the_means_of_runs_of_samples() -> None:
+    """500 samples are drawn as 167 runs of 3 (the last of 2), each the mean of its samples from the first
+    one's time; a run holding a sample the queue lacks is unknown."""
+    times = pd.date_range("2026-10-21", periods=500, freq="3min", tz="UTC")
+    used = np.arange(500, dtype=np.float64)
+    usage = pd.DataFrame(
+        {
+            "timestamp": times,
+            "cluster_queue": "a",
+            "cohort": "",
+            "team": "t",
+            "pool": "p",
+            "nominal_gpus": 1000.0,
+            "used_gpus": used,
+            "borrowed_gpus": 0.0,
+            "lent_gpus": 0.0,
+        }
+    ).drop(index=10)  # no sample at 00:30: the run of samples 9, 10, 11 is unknown
+    own = queue_borrowing(usage).data[0]
+    assert own.dx == 3 * 3 * 60 * 1000 and len(own.y) == 167
+    assert own.y[0] == 1.0 and own.y[2] == 7.0  # (0 + 1 + 2) / 3, (6 + 7 + 8) / 3
+    assert math.isnan(own.y[3]) and own.y[4] == 13.0
+    assert own.y[-1] == 498.5  # (498 + 499) / 2

@@ -1,5 +1,6 @@
 """Pure functions from frames and numbers to plotly figures; no data loading here."""
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -459,18 +460,36 @@ QUEUE_PARTS = (
     ("borrowed_gpus", "borrowed above its quota", "borrowed"),
     ("lent_gpus", "lent to its cohort", "lent"),
 )
+# What a queue's panel draws per sample, and how many samples at most (a panel is ~600 px wide; the
+# download has every sample).
+PANEL_COLUMNS = ("nominal_gpus", "used_gpus", "borrowed_gpus", "lent_gpus", "own_gpus")
+QUEUE_DRAWN_SAMPLES = 240
 QUEUE_PANEL_PX = 150  # plot height of one queue's panel
 QUEUE_GAP_PX = 58  # between rows of panels: the panel titles and the time ticks
 
 
-def _summed_per_queue(usage: pd.DataFrame) -> pd.DataFrame:
-    """Per cluster queue and sample, its GE summed over its pools; unknown (NaN) in any pool stays
-    unknown. own_gpus: used within the nominal quota (used − borrowed)."""
-    values = ["nominal_gpus", "used_gpus", "borrowed_gpus", "lent_gpus"]
-    grouped = usage.groupby(["cluster_queue", "timestamp"], sort=False)[values]
-    summed = grouped.sum().where(grouped.count() == grouped.size().to_numpy()[:, None])
+def _queue_panels(usage: pd.DataFrame) -> tuple[str, float, dict[str, "npt.NDArray[np.float32]"]]:
+    """Per cluster queue, its GE summed over its pools (PANEL_COLUMNS; own_gpus: used within the nominal
+    quota, used − borrowed) on one regular grid, averaged over runs of k samples so that at most
+    QUEUE_DRAWN_SAMPLES are drawn: a run stands for its samples' time, from its first. A sample a queue
+    lacks, or unknown in any of its pools, is unknown (NaN), and so is a run holding one. Also the grid's
+    first time and a run's length in ms: what each trace sends instead of a time per point."""
+    values = list(PANEL_COLUMNS[:4])
+    summed = usage.groupby(["cluster_queue", "timestamp"], sort=False)[values].sum(skipna=False)
     summed["own_gpus"] = summed["used_gpus"] - summed["borrowed_gpus"]
-    return summed.reset_index()
+    times = pd.DatetimeIndex(summed.index.get_level_values("timestamp").unique()).sort_values()
+    step = (times[1:] - times[:-1]).min() if len(times) > 1 else pd.Timedelta(0)
+    grid = pd.date_range(times[0], times[-1], freq=step) if len(times) > 1 else times
+    k = max(1, math.ceil(len(grid) / QUEUE_DRAWN_SAMPLES))
+    runs = math.ceil(len(grid) / k)
+    counts = np.minimum(k, len(grid) - np.arange(runs) * k)[:, None]  # the last run may be shorter
+    panels = {}
+    for queue, frame in summed.groupby(level="cluster_queue", sort=False):
+        padded = np.zeros((runs * k, len(PANEL_COLUMNS)))
+        padded[: len(grid)] = frame.droplevel("cluster_queue").reindex(grid)[list(PANEL_COLUMNS)].to_numpy()
+        mean = padded.reshape(runs, k, len(PANEL_COLUMNS)).sum(axis=1) / counts
+        panels[str(queue)] = mean.astype(np.float32)
+    return grid[0].strftime("%Y-%m-%d %H:%M:%S"), step.total_seconds() * 1000.0 * k, panels
 
 
 def queue_borrowing(usage: pd.DataFrame, titles: Mapping[str, str] | None = None) -> go.Figure:
@@ -481,7 +500,6 @@ def queue_borrowing(usage: pd.DataFrame, titles: Mapping[str, str] | None = None
     if usage.empty:
         return empty("no queue has GPU quota or GPU workloads")
     queues = [str(q) for q in dict.fromkeys(usage["cluster_queue"])]
-    per_queue = _summed_per_queue(usage)
     cols = 1 if len(queues) == 1 else 2
     rows = -(-len(queues) // cols)
     top, bottom = 76, 40  # the legend above the first row's panel titles
@@ -501,23 +519,17 @@ def queue_borrowing(usage: pd.DataFrame, titles: Mapping[str, str] | None = None
         legend={"y": 1 + 26 / (height - top - bottom)},
     )
     fig.update_annotations(font={"size": 12, "color": "#243b53"})  # the panel titles
-    # Every panel on one regular grid (a sample a queue lacks is a gap): each trace sends its values alone,
-    # from x0 every dx, as float32 (what a panel can show): a month of a dozen queues is a fifth the bytes.
-    grid = pd.DatetimeIndex(sorted(set(per_queue["timestamp"])))
-    step = (grid[1:] - grid[:-1]).min() if len(grid) > 1 else pd.Timedelta(0)
-    if len(grid) > 1:
-        grid = pd.date_range(grid[0], grid[-1], freq=step)
-    x0 = grid[0].strftime("%Y-%m-%d %H:%M:%S")
-    dx = step.total_seconds() * 1000.0
+    # Each trace sends its values alone, from x0 every dx, as float32 (what a panel can show): a month of a
+    # dozen queues is a fifth the bytes of a time per point, and half the points to draw.
+    x0, dx, panels = _queue_panels(usage)
     for k, queue in enumerate(queues):
-        frame = per_queue[per_queue["cluster_queue"] == queue].set_index("timestamp").reindex(grid)
-        frame = frame.drop(columns="cluster_queue").astype("float32")
+        panel = panels[queue]
         row, col = k // cols + 1, k % cols + 1
         traces = [
             go.Scatter(
                 x0=x0,
                 dx=dx,
-                y=frame[column].to_numpy(),
+                y=panel[:, PANEL_COLUMNS.index(column)],
                 name=label,
                 legendgroup=column,
                 showlegend=k == 0,
@@ -533,7 +545,7 @@ def queue_borrowing(usage: pd.DataFrame, titles: Mapping[str, str] | None = None
             go.Scatter(
                 x0=x0,
                 dx=dx,
-                y=frame["nominal_gpus"].to_numpy(),
+                y=panel[:, PANEL_COLUMNS.index("nominal_gpus")],
                 name="nominal quota",
                 legendgroup="nominal",
                 showlegend=k == 0,

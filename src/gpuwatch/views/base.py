@@ -227,6 +227,11 @@ class FleetView(ABC):
         """One line per stretch of the window its read path has no record of (raw: none)."""
         return []
 
+    def drawn(self, name: str, draw: Callable[[], T]) -> T:
+        """What a page drew of this view (`name`: the page and what else it drew it with), drawn once: a
+        view's numbers never change, so neither does their drawing (a new window or refresh is a new view)."""
+        return self._cached(f"drawn:{name}", draw)
+
     def _cached(self, name: str, compute: Callable[[], T]) -> T:
         with self._memo_lock:
             if name in self._memo:

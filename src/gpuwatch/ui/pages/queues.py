@@ -504,11 +504,18 @@ def render(search: str | None) -> tuple[Any, ...]:
         blank = figures.empty("no data yet")
         return (*head, [], None, None, hidden, blank, "", blank, "", None)
     query = to_query(filters)
+    return (*head, *view.drawn(f"queues?{query}", lambda: _draw(view, query)))
+
+
+def _draw(view: View, query: str) -> tuple[Any, ...]:
+    """The page's KPIs, tables and figures of a view: what render() returns after its banner and as-of
+    line. Figures as dicts: each is made once per view, and a dict goes out as it is."""
+    hidden = {"display": "none"}
     rows = queue_rows(view)
     kpis = _kpis(view, rows)
     if not installed(view):
-        blank = figures.empty(NOT_INSTALLED)
-        return (*head, kpis, _note(), None, hidden, blank, "", blank, "", _tables(view, query))
+        blank = figures.empty(NOT_INSTALLED).to_plotly_json()
+        return (kpis, _note(), None, hidden, blank, "", blank, "", _tables(view, query))
     queues = table(
         "queues",
         "Queues",
@@ -524,14 +531,13 @@ def render(search: str | None) -> tuple[Any, ...]:
     usage, titles, usage_caption = borrowing_frame(view, rows)
     waits, waits_caption = waits_frame(view, rows)
     return (
-        *head,
         kpis,
         None,
         queues,
         {},
-        figures.queue_borrowing(usage, titles),
+        figures.queue_borrowing(usage, titles).to_plotly_json(),
         usage_caption,
-        figures.wait_distribution(waits),
+        figures.wait_distribution(waits).to_plotly_json(),
         waits_caption,
         _tables(view, query),
     )
