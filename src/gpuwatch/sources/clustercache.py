@@ -221,7 +221,7 @@ class KueueCache:
         self._clock = clock
         self._version = ""
         self._kinds: dict[str, _Watched[ParsedObject]] = {}
-        self._probed_at: float | None = None
+        self._absent_at: float | None = None  # when the server last said it serves no Kueue
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -241,19 +241,22 @@ class KueueCache:
         return kueue_from_parsed(parsed, version=self._version)
 
     def _probe(self) -> bool:
-        """Whether Kueue is served (its watches started if so); asked at most every probe_seconds."""
+        """Whether Kueue is served (its watches started if so). Found absent, the server is asked again
+        after probe_seconds; a failure (a 403) is a KubernetesError, and it is asked again next time."""
         now = self._clock()
-        if self._probed_at is not None and now - self._probed_at < self.probe_seconds:
+        if self._absent_at is not None and now - self._absent_at < self.probe_seconds:
             return False
-        self._probed_at = now
         served = kueue_served(self.source)
         if served is None:
+            self._absent_at = now
             return False
-        self._version = served[0]
+        version = served[0]
+        cohorts = self.source.list_custom(KUEUE_GROUP, version, "cohorts", needs=KUEUE_RBAC)
+        self._version = version
         for plural in KUEUE_RESOURCES:
-            if plural == "cohorts" and self.source.list_custom(KUEUE_GROUP, self._version, plural) is None:
+            if plural == "cohorts" and cohorts is None:
                 continue  # not served: no Cohort objects
-            path, parse = kueue_path(self._version, plural), partial(parse_object, plural)
+            path, parse = kueue_path(version, plural), partial(parse_object, plural)
             watched = _Watched(self.source, path, parse, needs=KUEUE_RBAC)
             thread = threading.Thread(
                 target=watched.run,

@@ -1221,7 +1221,8 @@ def queue_usage_history(
             query, first=first, n=n, step_seconds=step_seconds, span_seconds=ROLLUP_CHUNK_SECONDS
         ).frame()
         column = metric.removeprefix("gpuwatch_queue_")
-        out = pd.DataFrame({k: frame[k] if k in frame else pd.Series(dtype="str") for k in keys})
+        # A label no series carries (no queue in any cohort) is "" on every row, as an absent label is.
+        out = pd.DataFrame({k: frame[k] if k in frame else pd.Series("", index=frame.index) for k in keys})
         return out.assign(**{column: frame["value"].to_numpy(dtype=np.float64)}).set_index(keys)
 
     with ThreadPoolExecutor(max_workers=len(promql.QUEUE_GPU_METRICS)) as pool:
