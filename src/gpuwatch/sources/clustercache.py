@@ -81,6 +81,18 @@ class _Watched(Generic[T]):
                 self.tried.set()
                 stop.wait(retry_seconds)
 
+    def start(self, stop: threading.Event, *, timeout_seconds: int, retry_seconds: float) -> threading.Thread:
+        """run() in a daemon thread of its own, until `stop` is set."""
+        thread = threading.Thread(
+            target=self.run,
+            args=(stop,),
+            kwargs={"timeout_seconds": timeout_seconds, "retry_seconds": retry_seconds},
+            name=f"gpuwatch-watch-{self.kind.rsplit('/', 1)[-1]}",
+            daemon=True,
+        )
+        thread.start()
+        return thread
+
     def _list(self) -> None:
         items, version, _restarts = self.source.list_versioned(self.kind, needs=self.needs)
         self.stats.lists += 1
@@ -154,15 +166,11 @@ class ClusterCache:
         with self._start_lock:
             if not self._threads:
                 for watched in self._kinds.values():
-                    thread = threading.Thread(
-                        target=watched.run,
-                        args=(self._stop,),
-                        kwargs={"timeout_seconds": self.timeout_seconds, "retry_seconds": self.retry_seconds},
-                        name=f"gpuwatch-watch-{watched.kind}",
-                        daemon=True,
+                    self._threads.append(
+                        watched.start(
+                            self._stop, timeout_seconds=self.timeout_seconds, retry_seconds=self.retry_seconds
+                        )
                     )
-                    thread.start()
-                    self._threads.append(thread)
         return self
 
     def stop(self) -> None:
@@ -258,14 +266,7 @@ class KueueCache:
                 continue  # not served: no Cohort objects
             path, parse = kueue_path(version, plural), partial(parse_object, plural)
             watched = _Watched(self.source, path, parse, needs=KUEUE_RBAC)
-            thread = threading.Thread(
-                target=watched.run,
-                args=(self._stop,),
-                kwargs={"timeout_seconds": self.timeout_seconds, "retry_seconds": self.retry_seconds},
-                name=f"gpuwatch-watch-{plural}",
-                daemon=True,
-            )
-            thread.start()
+            watched.start(self._stop, timeout_seconds=self.timeout_seconds, retry_seconds=self.retry_seconds)
             self._kinds[plural] = watched
         return True
 
