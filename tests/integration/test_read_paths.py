@@ -238,6 +238,16 @@ def test_a_trend_reads_the_teams_and_coverage_of_the_whole_report_without_per_po
             assert got[key] == pytest.approx(expected[key], rel=1e-9), (got["team"], key)
 
 
+def _instant_queries(service: FleetService) -> list[str]:
+    """The instant queries the service's recorded source sends from now on, as it sends them."""
+    source = service.sources.recorded()
+    assert source is not None
+    sent: list[str] = []
+    query = source.query
+    source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]
+    return sent
+
+
 def test_the_pages_cheap_reads_are_the_whole_reports_rows(
     fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str
 ) -> None:
@@ -249,11 +259,7 @@ def test_the_pages_cheap_reads_are_the_whole_reports_rows(
     are both counted from that one read (a pod count summed in Prometheus looks every pod up again)."""
     service = _service(prom, kubeconfig, 0)
     view = open_view(service, fleet.window, computed_at=NOW)
-    source = service.sources.recorded()
-    assert source is not None
-    sent: list[str] = []
-    query = source.query
-    source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]
+    sent = _instant_queries(service)
     cheap = {
         "pools": view.pool_rows(),
         "top": view.top_workloads(5),
@@ -306,11 +312,7 @@ def test_the_queue_page_reads_the_teams_pools_and_idle_pods_not_every_pods_serie
     (which reads every pod's series) and the raw path's."""
     service = _service(prom, kubeconfig, 0)
     view = open_view(service, fleet.window, computed_at=NOW)
-    source = service.sources.recorded()
-    assert source is not None
-    sent: list[str] = []
-    query = source.query
-    source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]
+    sent = _instant_queries(service)
     cheap = view.queue_report()
     per_pod = [
         q for q in sent if "sum_over_time" in q and q.startswith("sum by (\n  namespace, pod, team, pool\n)")

@@ -119,6 +119,19 @@ PRICES = POOL_PRICES.check(
 )
 
 
+# team-b's b1 pod, pending for 2 h for one H100 (its Workload is b1).
+B1_PENDING = pd.DataFrame(
+    {
+        "namespace": ["team-b"],
+        "pod": ["b1-pod"],
+        "team": ["alpha"],
+        "pool": [H100],
+        "gpus": [1.0],
+        "waiting_seconds": [7200.0],
+    }
+)
+
+
 def setup() -> QueueSetup:
     return queue_setup(KUEUE, nodes=NODES, rules=RULES, namespace_labels=NAMESPACE_LABELS)
 
@@ -157,22 +170,12 @@ def test_a_windows_queue_tables_by_hand() -> None:
             "idle_since": pd.to_datetime([T0 + timedelta(hours=1), None], utc=True),
         }
     )
-    pending = pd.DataFrame(
-        {
-            "namespace": ["team-b"],
-            "pod": ["b1-pod"],
-            "team": ["alpha"],
-            "pool": [H100],
-            "gpus": [1.0],
-            "waiting_seconds": [7200.0],
-        }
-    )
     tables = queue_tables(
         setup(),
         window=WINDOW,
         prices=PRICES,
         **inputs(workloads),
-        pending=pending,
+        pending=B1_PENDING,
         reclaim_after_seconds=7200,
     )
     assert tables.step_seconds == 3600
@@ -319,23 +322,13 @@ def test_without_kueue_there_are_no_queue_rows_but_blocked_demand_still_shows() 
 
 
 def test_a_summary_without_workload_rows_leaves_what_needs_them_unknown() -> None:
-    pending = pd.DataFrame(
-        {
-            "namespace": ["team-b"],
-            "pod": ["b1-pod"],
-            "team": ["alpha"],
-            "pool": [H100],
-            "gpus": [1.0],
-            "waiting_seconds": [7200.0],
-        }
-    )
     tables = queue_tables(
         setup(),
         window=WINDOW,
         prices=PRICES,
         allocated=None,
         idle=None,
-        pending=pending,
+        pending=B1_PENDING,
         reclaim_after_seconds=7200,
     )
     # Quota, borrowing and waits come from Kueue alone: as with the rows.
