@@ -83,6 +83,7 @@ def nodes_frame(state: ClusterState) -> pd.DataFrame:
             {
                 "node": n.name,
                 "pool": n.pool,
+                "vendor": n.vendor,
                 "product": n.product,
                 "replicas": n.replicas,
                 "capacity_ge": float(n.gpu_count),
@@ -96,6 +97,7 @@ def nodes_frame(state: ClusterState) -> pd.DataFrame:
         columns=[
             "node",
             "pool",
+            "vendor",
             "product",
             "replicas",
             "capacity_ge",
@@ -113,6 +115,12 @@ def taint_counts(nodes: pd.DataFrame) -> pd.DataFrame:
     per_node = per_node[per_node["taint"].fillna("") != ""]
     counts = per_node.groupby(["pool", "taint"], as_index=False).agg(nodes=("node", "nunique"))
     return counts.astype({"pool": "str", "taint": "str", "nodes": "int64"})
+
+
+def pool_vendors(nodes: pd.DataFrame) -> pd.DataFrame:
+    """pool, vendor of nodes_frame()'s nodes: a pool is one product, so one vendor."""
+    vendors: pd.DataFrame = nodes.groupby("pool", as_index=False).agg(vendor=("vendor", "first"))
+    return vendors.astype({"pool": "str", "vendor": "str"})
 
 
 def namespace_teams(state: ClusterState, rules: TeamRules) -> dict[str, str]:
@@ -160,6 +168,10 @@ class Analysis:
     def tainted_nodes(self) -> pd.DataFrame:
         """pool, taint, nodes: how many of each pool's nodes carry each taint now."""
         return taint_counts(self.nodes)
+
+    def pool_vendors(self) -> pd.DataFrame:
+        """pool, vendor: whose accelerators each pool is (nvidia, amd, intel)."""
+        return pool_vendors(self.nodes)
 
 
 def analyze(
@@ -439,6 +451,7 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     pools["usd_per_gpu_hour"] = pools["pool"].map(lambda p: rates.quoted(p, end)).astype("float64")
     taints = pool_taints(taint_counts(analysis.nodes), analysis.nodes.groupby("pool").size())
     pools["taints"] = pd.Series([taints.get(p, "") for p in pools["pool"]], index=pools.index, dtype="str")
+    pools = pools.merge(pool_vendors(analysis.nodes), on="pool", how="left")
     tables["pool"] = pools
     fleet_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step)
     fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, rates=rates, by=())

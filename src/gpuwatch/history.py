@@ -880,6 +880,11 @@ def _pools(sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame) -> p
     counts = sums.tainted_nodes_now.rename(columns={"value": "nodes"})[["pool", "taint", "nodes"]]
     taints = pool_taints(counts.astype({"nodes": "int64"}), pools["nodes"])
     pools["taints"] = pd.Series([taints.get(p, "") for p in pools.index], index=pools.index, dtype="str")
+    # gpuwatch read NVIDIA's GPUs alone before it published each pool's vendor.
+    vendors = dict(zip(sums.pool_info_now["pool"], sums.pool_info_now["vendor"], strict=True))
+    pools["vendor"] = pd.Series(
+        [vendors.get(p, "nvidia") for p in pools.index], index=pools.index, dtype="str"
+    )
     return pools.astype({"nodes": "int64"}).rename_axis(index="pool").reset_index()
 
 

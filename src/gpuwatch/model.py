@@ -19,6 +19,28 @@ RESOURCE_GPU = "nvidia.com/gpu"
 RESOURCE_GPU_SHARED = "nvidia.com/gpu.shared"
 RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # GFD's node label naming the GPU product
+# AMD Instinct (ROCm/k8s-device-plugin): amd.com/gpu is one unit per GPU, or per compute partition of a
+# partitioned GPU (the default "single" naming strategy); the "mixed" strategy names partitions by mode,
+# amd.com/cpx_nps4. The node labeller writes amd.com/gpu.* (beta.amd.com/gpu.* in its legacy form).
+RESOURCE_AMD_GPU = "amd.com/gpu"
+AMD_PRODUCT_LABEL = "amd.com/gpu.product-name"  # AMD_Instinct_MI300X_OAM
+AMD_PARTITION_LABEL = "amd.com/gpu.compute-memory-partition"  # cpx_nps4; only where every GPU is alike
+# Compute partitions per GPU of each mode (amdsmi's accelerator partition profiles, MI300X: 8 XCDs).
+AMD_COMPUTE_PARTITIONS: Final[Mapping[str, int]] = {"spx": 1, "dpx": 2, "tpx": 3, "qpx": 4, "cpx": 8}
+_AMD_PARTITION_RESOURCE = re.compile(r"^amd\.com/(spx|dpx|tpx|qpx|cpx)_nps\d+$")
+# Intel Gaudi (Habana device plugin): habana.ai/gaudi, one unit per accelerator, every generation; Habana's
+# feature discovery names the generation (GAUDI2) in habana.ai/device.type.
+RESOURCE_GAUDI = "habana.ai/gaudi"
+GAUDI_PRODUCT_LABEL = "habana.ai/device.type"
+VENDORS = ("nvidia", "amd", "intel")
+_VENDOR_OF_DOMAIN = {"nvidia.com": "nvidia", "amd.com": "amd", "habana.ai": "intel"}
+# Node labels naming a node's accelerator product, and whose they are, in the order they are looked for.
+PRODUCT_LABELS: Final[Mapping[str, str]] = {
+    GPU_PRODUCT_LABEL: "nvidia",
+    AMD_PRODUCT_LABEL: "amd",
+    f"beta.{AMD_PRODUCT_LABEL}": "amd",
+    GAUDI_PRODUCT_LABEL: "intel",
+}
 # Taints the node lifecycle controller sets (cordoned, NotReady, unreachable, pressure): node states the
 # ledger already counts as not schedulable, so they make a pod wait for capacity, not for a toleration.
 LIFECYCLE_TAINT_PREFIX = "node.kubernetes.io/"
@@ -62,18 +84,49 @@ def mig_profile_slices(profile: str) -> int:
 
 
 def is_gpu_resource(resource: str) -> bool:
-    return resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED) or resource.startswith(RESOURCE_MIG_PREFIX)
+    return (
+        resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED, RESOURCE_AMD_GPU, RESOURCE_GAUDI)
+        or resource.startswith(RESOURCE_MIG_PREFIX)
+        or _AMD_PARTITION_RESOURCE.match(resource) is not None
+    )
+
+
+def amd_partitions(mode: str) -> int:
+    """Compute partitions per GPU of an AMD partition mode ("cpx_nps4" -> 8); 1 for "" or an unknown mode."""
+    return AMD_COMPUTE_PARTITIONS.get(mode.partition("_")[0].lower(), 1)
+
+
+def vendor_of_resource(resource: str) -> str:
+    """The accelerator vendor whose device plugin advertises a GPU resource: nvidia, amd or intel.
+
+    >>> vendor_of_resource("habana.ai/gaudi")
+    'intel'
+    """
+    if not is_gpu_resource(resource):
+        raise DataError(f"not a GPU resource: {resource!r}")
+    return _VENDOR_OF_DOMAIN[resource.partition("/")[0]]
+
+
+def node_product(labels: Mapping[str, str]) -> str:
+    """The accelerator product a node's labels name (GFD's, AMD's node labeller's...), "" when none does."""
+    return next((labels[k] for k in PRODUCT_LABELS if labels.get(k)), "")
 
 
 def ge_per_unit(resource: str, replicas: int = 1) -> float:
     """GPU-equivalents of one unit of an extended resource (SPEC §3).
 
-    A whole GPU is 1, a MIG instance slices/7, a time-sliced replica 1/replicas.
+    A whole GPU is 1, a MIG instance slices/7, a time-sliced replica or a GPU's compute partition
+    1/replicas (an AMD GPU in CPX mode advertises one amd.com/gpu per partition, or one amd.com/cpx_nps4:
+    1/8 either way). A Gaudi is 1.
     """
     if resource.startswith(RESOURCE_MIG_PREFIX):
         return mig_profile_slices(resource.removeprefix(RESOURCE_MIG_PREFIX)) / MIG_SLICES_PER_GPU
-    if resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED):
+    if _AMD_PARTITION_RESOURCE.match(resource):
+        return 1.0 / amd_partitions(resource.removeprefix("amd.com/"))
+    if resource in (RESOURCE_GPU, RESOURCE_GPU_SHARED, RESOURCE_AMD_GPU):
         return 1.0 / max(replicas, 1)
+    if resource == RESOURCE_GAUDI:
+        return 1.0
     raise DataError(f"not a GPU resource: {resource!r}")
 
 
@@ -143,6 +196,15 @@ class Node:
     @property
     def pool(self) -> str:
         return normalize_product(self.product)
+
+    @property
+    def vendor(self) -> str:
+        """nvidia, amd or intel: whose device plugin advertises the node's GPUs (else whose label names
+        its product; a node neither names is taken for NVIDIA's, gpuwatch's first vendor)."""
+        for resource in (*self.capacity, *self.allocatable):
+            if is_gpu_resource(resource):
+                return vendor_of_resource(resource)
+        return next((v for k, v in PRODUCT_LABELS.items() if self.labels.get(k)), "nvidia")
 
     def allocatable_gpus(self) -> float:
         """Allocatable capacity in GPU-equivalents."""
@@ -589,7 +651,7 @@ class ResourceFlavor:
     @property
     def product(self) -> str:
         """The GPU product its nodes carry ("" when the flavor does not name one)."""
-        return self.node_labels.get(GPU_PRODUCT_LABEL, "")
+        return node_product(self.node_labels)
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with these labels is one of the flavor's (an empty flavor selects every node)."""

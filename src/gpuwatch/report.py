@@ -243,6 +243,7 @@ _COLUMNS = {
     ],
     "pool": [
         "pool",
+        "vendor",
         "nodes",
         "gpus",
         "allocation_rate",
@@ -257,7 +258,7 @@ _COLUMNS = {
 }
 
 
-_TEXT_COLUMNS = frozenset({"namespace", "pod", "team", "pool", "node", "taints", "idle_since"}) | {
+_TEXT_COLUMNS = frozenset({"namespace", "pod", "team", "pool", "vendor", "node", "taints", "idle_since"}) | {
     f"recommendation_{k}" for k in ("kind", "target", "reason")
 }
 
@@ -663,6 +664,7 @@ def report_from_tables(
         "pools": [
             {
                 "pool": str(r["pool"]),
+                "vendor": str(r["vendor"]),
                 "nodes": int(r["nodes"]),
                 "gpus": int(r["gpus"]),
                 "allocation_rate": _ratio(

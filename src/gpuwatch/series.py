@@ -75,6 +75,7 @@ HELP = {
     "gpuwatch_pending_pod_waiting_seconds": "How long the pending GPU pod has waited.",
     "gpuwatch_pending_pod_info": "Why the pending GPU pod waits, in words, and what it asks of a node (1).",
     "gpuwatch_pool_tainted_nodes": "Nodes of the pool carrying the taint.",
+    "gpuwatch_pool_info": "1 for each GPU pool, labelled with its accelerators' vendor (nvidia, amd, intel).",
     "gpuwatch_queue_nominal_gpus": "Nominal Kueue quota of the ClusterQueue in the pool (GE).",
     "gpuwatch_queue_used_gpus": "GE of the ClusterQueue's admitted workloads in the pool.",
     "gpuwatch_queue_borrowed_gpus": "GE the ClusterQueue uses above its nominal quota in the pool.",
@@ -388,6 +389,8 @@ def published_series(
             tainted.astype({"value": "float64"}),
         )
     )
+    vendors = times.merge(analysis.pool_vendors(), how="cross").assign(value=1.0)
+    families.append(Family("gpuwatch_pool_info", HELP["gpuwatch_pool_info"], ("pool", "vendor"), vendors))
     if queues is not None and queues.installed:
         families += _queue_families(analysis, queues, last_only=last_only)
     if analysis.energy is not None:

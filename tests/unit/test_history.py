@@ -63,6 +63,7 @@ LABELS = {
     "pending_waiting_now": ("namespace", "pod", "team", "pool"),
     "pending_info_now": ("namespace", "pod", "team", "pool", *promql.PENDING_INFO_LABELS),
     "tainted_nodes_now": ("pool", "taint"),
+    "pool_info_now": ("pool", "vendor"),
 }
 # 60 h: day 0 before gpuwatch was installed (no exporter cycle), day 1 at a 60 s cycle, then 12 h at 30 s.
 WINDOW = Window(

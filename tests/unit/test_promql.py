@@ -20,6 +20,7 @@ unless on (UUID, uuid, GPU_I_ID, Hostname, hostname) {__name__=~"DCGM_FI_PROF_GR
 UTIL_NAMES = (
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO|dcgm_fi_prof_gr_engine_active"
     "|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO|dcgm_gpu_utilization"
+    "|gpu_gfx_activity|amd_gpu_gfx_activity|habanalabs_utilization"
 )
 
 
@@ -61,7 +62,7 @@ def test_selectors_exact() -> None:
         promql.series_count_query([PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL])
         == f'count({{__name__=~"{UTIL_NAMES}"}})'
     )
-    assert promql.dcgm_names_selector() == '{__name__=~"DCGM_.+|dcgm_.+"}'
+    assert promql.dcgm_names_selector() == '{__name__=~"DCGM_.+|dcgm_.+|gpu_.+|amd_gpu_.+|habanalabs_.+"}'
     assert promql.selector("DCGM_FI_DEV_GPU_UTIL") == "DCGM_FI_DEV_GPU_UTIL"
     assert (
         promql.selector("DCGM_FI_DEV_GPU_UTIL", [equals("Hostname", "gpu-1"), Matcher("pod", "", "!=")])

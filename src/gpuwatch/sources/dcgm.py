@@ -64,6 +64,22 @@ _OLD = "etc/1.x-compatibility-metrics.csv (lowercase 1.x names, same DCGM field 
 # 393/395, MEMORY_TEMP_CELSIUS) as quoted by third parties: the 4.9 exporter CSV itself was not at hand.
 _V49 = "dcgm-exporter 4.9 (DCGM 4.7 name; go-dcgm)"
 _V49_TABLE = "dcgm-exporter 4.9 (DCGM 4.7 name; field table)"
+# The counterparts of other vendors' exporters, each under the DCGM field whose quantity it measures.
+# AMD's device-metrics-exporter (ROCm/device-metrics-exporter docs/configuration/metricslist.md and
+# pkg/amdgpu/gpuagent): every field a gauge, "MB" being MiB (amd-smi divides bytes by 2^20). Its
+# MetricsFieldPrefix is usually unset or "amd_" (the project's example configs): both spellings are read.
+# Intel's Gaudi metric exporter (HabanaAI/gaudi-metric-exporter samples.go): gauges, power in mW.
+_AMD = "AMD device-metrics-exporter"
+_GAUDI = "Intel Gaudi metric-exporter"
+
+
+def _amd(metric: str, unit: str, *, mul: float = 1.0, div: float = 1.0) -> tuple[Alias, Alias]:
+    """An AMD field under its plain name and under the "amd_" prefix."""
+    return tuple(  # type: ignore[return-value]
+        Alias(metric=f"{prefix}{metric}", unit=unit, source=f"{_AMD}{note}", mul=mul, div=div)
+        for prefix, note in (("", ""), ("amd_", ", MetricsFieldPrefix amd_"))
+    )
+
 
 PROF_GR_ENGINE_ACTIVE: Final = Field(
     name="DCGM_FI_PROF_GR_ENGINE_ACTIVE",
@@ -86,6 +102,10 @@ DEV_GPU_UTIL: Final = Field(
         Alias(metric="DCGM_FI_DEV_GPU_UTIL", unit="percent", source=_X, div=100.0),
         Alias(metric="DCGM_FI_DEV_GPU_UTIL_RATIO", unit="ratio", source=_V49),
         Alias(metric="dcgm_gpu_utilization", unit="percent", source=_OLD, div=100.0),
+        # The graphics (compute) engine's busy percentage; on a partitioned GPU only partition 0's is set.
+        *_amd("gpu_gfx_activity", "percent", div=100.0),
+        # HLML's AIP utilization, 0-100 (the exporter does not state the unit; its dashboards read %).
+        Alias(metric="habanalabs_utilization", unit="percent", source=_GAUDI, div=100.0),
     ),
 )
 DEV_FB_USED: Final = Field(
@@ -98,6 +118,8 @@ DEV_FB_USED: Final = Field(
         Alias(metric="DCGM_FI_DEV_FB_USED", unit="MiB", source=_X, mul=BYTES_PER_MIB),
         Alias(metric="DCGM_FI_DEV_FB_USED_BYTES", unit="bytes", source=_V49_TABLE),
         Alias(metric="dcgm_fb_used", unit="MiB", source=_OLD, mul=BYTES_PER_MIB),
+        *_amd("gpu_used_vram", "MiB", mul=BYTES_PER_MIB),
+        Alias(metric="habanalabs_memory_used_bytes", unit="bytes", source=_GAUDI),
     ),
 )
 DEV_FB_FREE: Final = Field(
@@ -109,6 +131,8 @@ DEV_FB_FREE: Final = Field(
         Alias(metric="DCGM_FI_DEV_FB_FREE", unit="MiB", source=_X, mul=BYTES_PER_MIB),
         Alias(metric="DCGM_FI_DEV_FB_FREE_BYTES", unit="bytes", source=_V49_TABLE),
         Alias(metric="dcgm_fb_free", unit="MiB", source=_OLD, mul=BYTES_PER_MIB),
+        *_amd("gpu_free_vram", "MiB", mul=BYTES_PER_MIB),
+        Alias(metric="habanalabs_memory_free_bytes", unit="bytes", source=_GAUDI),
     ),
 )
 DEV_POWER_USAGE: Final = Field(
@@ -120,6 +144,11 @@ DEV_POWER_USAGE: Final = Field(
         Alias(metric="DCGM_FI_DEV_POWER_USAGE", unit="W", source=_X),
         Alias(metric="DCGM_FI_DEV_BOARD_POWER_WATTS", unit="W", source=_V49),
         Alias(metric="dcgm_power_usage", unit="W", source=_OLD),
+        # Socket power: current on MI3xx (gpu_package_power), averaged on MI2xx (gpu_average_package_power);
+        # gpu_power_usage repeats whichever the GPU has, so it is not read as well.
+        *_amd("gpu_package_power", "W"),
+        *_amd("gpu_average_package_power", "W"),
+        Alias(metric="habanalabs_power_mW", unit="mW", source=_GAUDI, div=1000.0),
     ),
 )
 DEV_GPU_TEMP: Final = Field(
@@ -131,6 +160,9 @@ DEV_GPU_TEMP: Final = Field(
         Alias(metric="DCGM_FI_DEV_GPU_TEMP", unit="celsius", source=_X),
         Alias(metric="DCGM_FI_DEV_GPU_TEMP_CELSIUS", unit="celsius", source=_V49),
         Alias(metric="dcgm_gpu_temp", unit="celsius", source=_OLD),
+        # The hotspot, which MI2xx and MI3xx both report (MI3xx has no edge sensor).
+        *_amd("gpu_junction_temperature", "celsius"),
+        Alias(metric="habanalabs_temperature_onchip", unit="celsius", source=_GAUDI),
     ),
 )
 DEV_MEMORY_TEMP: Final = Field(
@@ -142,6 +174,7 @@ DEV_MEMORY_TEMP: Final = Field(
         Alias(metric="DCGM_FI_DEV_MEMORY_TEMP", unit="celsius", source=_X),
         Alias(metric="DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", unit="celsius", source=_V49_TABLE),
         Alias(metric="dcgm_memory_temp", unit="celsius", source=_OLD),
+        *_amd("gpu_memory_temperature", "celsius"),
     ),
 )
 DEV_TOTAL_ENERGY_CONSUMPTION: Final = Field(
@@ -153,6 +186,8 @@ DEV_TOTAL_ENERGY_CONSUMPTION: Final = Field(
         Alias(metric="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", unit="mJ", source=_X, div=1000.0),
         Alias(metric="DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", unit="J", source=_V49),
         Alias(metric="dcgm_total_energy_consumption", unit="mJ", source=_OLD, div=1000.0),
+        # Exported as a gauge, but it accumulates: read like a counter.
+        *_amd("gpu_energy_consumed", "uJ", div=1_000_000.0),
     ),
 )
 # The LAST XID code seen (sticky), not a count; 4.x adds err_code/err_msg labels naming it.
@@ -215,6 +250,7 @@ DEV_ECC_DBE_VOL_TOTAL: Final = Field(
     aliases=(
         Alias(metric="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", unit="count", source=_X + ", opt-in"),
         Alias(metric="dcgm_ecc_dbe_volatile_total", unit="count", source=_OLD + ", opt-in"),
+        *_amd("gpu_ecc_uncorrect_total", "count"),
     ),
 )
 
@@ -248,19 +284,23 @@ def field_of(metric: str) -> tuple[Field, Alias] | None:
 
 
 def is_dcgm_metric(metric: str) -> bool:
-    return metric.startswith(("DCGM_", "dcgm_"))
+    """A DCGM metric, or one of the catalog's counterparts from another vendor's exporter."""
+    return metric.startswith(("DCGM_", "dcgm_", "habanalabs_")) or metric in _ALIAS_BY_METRIC
 
 
 # ---------------------------------------------------------------------------------------------
 # Labels
 
-# Label names in every layout gpuwatch understands (Prometheus-stored; empty values are absent).
-UUID_LABELS: Final = ("UUID", "uuid")
+# Label names in every layout gpuwatch understands (Prometheus-stored; empty values are absent), in order of
+# preference. AMD's exporter always writes serial_number (gpu_uuid only when configured) and hostname (the
+# node's name), gpu_id, and card_series (the product) or card_model (a board part number); Gaudi's writes
+# UUID and Serial but no node: its series are placed by their scrape target.
+UUID_LABELS: Final = ("UUID", "uuid", "serial_number", "gpu_uuid", "Serial")
 HOSTNAME_LABELS: Final = ("Hostname", "hostname")  # exporter 4.8.3 (with DCGM 4.6) renamed it
 GPU_INSTANCE_LABEL: Final = "GPU_I_ID"
 GPU_PROFILE_LABEL: Final = "GPU_I_PROFILE"
-GPU_INDEX_LABEL: Final = "gpu"
-MODEL_LABEL: Final = "modelName"
+GPU_INDEX_LABELS: Final = ("gpu", "gpu_id", "id")
+MODEL_LABELS: Final = ("modelName", "card_series", "card_model")
 INSTANCE_LABEL: Final = "instance"
 # (namespace, pod, container) label triples in order of preference: kube-prometheus-stack's ServiceMonitor
 # (honorLabels: false) renames the exporter's labels to exported_*; honor_labels keeps them; the 1.x-era
@@ -270,10 +310,25 @@ WORKLOAD_LABEL_SETS: Final = (
     ("namespace", "pod", "container"),
     ("pod_namespace", "pod_name", "container_name"),
 )
-EXPORTER_CONTAINERS: Final = frozenset({"nvidia-dcgm-exporter", "dcgm-exporter"})
+# The telemetry exporters' containers: dcgm-exporter (GPU Operator, Helm chart), AMD's device-metrics-
+# exporter (AMD GPU Operator, its standalone chart's two variants), Intel's Gaudi metric-exporter.
+EXPORTER_CONTAINERS: Final = frozenset(
+    {
+        "nvidia-dcgm-exporter",
+        "dcgm-exporter",
+        "metrics-exporter-container",
+        "amdgpu-metrics-exporter-container",
+        "amd-device-metrics-exporter-container",
+        "metric-exporter",
+    }
+)
 # DaemonSet pod names: nvidia-dcgm-exporter-q28k4 (GPU Operator), dcgm-exporter-6ldbb (Helm chart),
-# dcgm-exporter-dev-78z52 (a renamed release): "...dcgm-exporter..." plus the 5-character pod suffix.
-_EXPORTER_POD = re.compile(r"^(?:[a-z0-9-]*-)?dcgm-exporter(?:-[a-z0-9-]+)?-[a-z0-9]{5}$")
+# dcgm-exporter-dev-78z52 (a renamed release): "...dcgm-exporter..." plus the 5-character pod suffix;
+# AMD's default-metrics-exporter-q8hbb (operator) or rel-amdgpu-metrics-exporter-x2k9d (chart), Gaudi's
+# metric-exporter-ds-7fz2p.
+_EXPORTER_POD = re.compile(
+    r"^(?:[a-z0-9-]*-)?(?:dcgm-exporter|metrics-exporter|metric-exporter-ds)(?:-[a-z0-9-]+)?-[a-z0-9]{5}$"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -904,8 +959,8 @@ def _resolve_series(
             "uuid": resolve_uuid(labels),
             "gpu_instance_id": labels.get(GPU_INSTANCE_LABEL, ""),
             "mig_profile": labels.get(GPU_PROFILE_LABEL, ""),
-            "gpu_index": labels.get(GPU_INDEX_LABEL, ""),
-            "product": labels.get(MODEL_LABEL, ""),
+            "gpu_index": _first(labels, GPU_INDEX_LABELS),
+            "product": _first(labels, MODEL_LABELS),
             "namespace": namespace,
             "pod": pod,
             "container": container,

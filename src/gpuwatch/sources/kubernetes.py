@@ -15,8 +15,10 @@ from kubernetes.config.config_exception import ConfigException
 
 from gpuwatch.errors import ConfigError, DataError, KubernetesError
 from gpuwatch.model import (
-    GPU_PRODUCT_LABEL,
-    RESOURCE_GPU,
+    AMD_PARTITION_LABEL,
+    PRODUCT_LABELS,
+    RESOURCE_AMD_GPU,
+    RESOURCE_MIG_PREFIX,
     Namespace,
     Node,
     NodeRequirement,
@@ -25,15 +27,17 @@ from gpuwatch.model import (
     ResourceQuota,
     Taint,
     Toleration,
+    amd_partitions,
+    ge_per_unit,
     is_gpu_resource,
+    node_product,
     normalize_product,
     utc,
 )
+from gpuwatch.sources.dcgm import EXPORTER_CONTAINERS
 from gpuwatch.units import BYTES_PER_MIB, parse_quantity
 
 JsonObject = dict[str, Any]
-# Containers that identify a dcgm-exporter pod (GPU Operator and the standalone Helm chart).
-EXPORTER_CONTAINERS = frozenset({"nvidia-dcgm-exporter", "dcgm-exporter"})
 # The core/v1 collections read, by kind: requested through the client's ApiClient rather than CoreV1Api,
 # whose generated models take about a second of CPU to import (a report or `gpuwatch check` lists nodes).
 _COLLECTIONS = {
@@ -438,22 +442,29 @@ def parse_node(obj: JsonObject, problems: _Problems) -> Node | None:
     labels: dict[str, str] = meta.get("labels") or {}
     capacity = _gpu_resources(status.get("capacity") or {}, f"node {name}", problems)
     allocatable = _gpu_resources(status.get("allocatable") or {}, f"node {name}", problems)
-    product = labels.get(GPU_PRODUCT_LABEL, "")
+    product = node_product(labels)
     if not capacity and not product:
         return None
-    replicas = _int_label(labels, "nvidia.com/gpu.replicas", 1, name, problems)
-    count_default = int(capacity.get(RESOURCE_GPU, 0) // max(replicas, 1))
+    # Units per GPU: time-sliced replicas (NVIDIA), or compute partitions behind amd.com/gpu (AMD).
+    replicas = max(1, _int_label(labels, "nvidia.com/gpu.replicas", 1, name, problems))
+    if RESOURCE_AMD_GPU in capacity:
+        replicas = amd_partitions(labels.get(AMD_PARTITION_LABEL, ""))
+    whole = sum(
+        ge_per_unit(r, replicas) * q for r, q in capacity.items() if not r.startswith(RESOURCE_MIG_PREFIX)
+    )
+    count_default = int(whole + 1e-9)
     gpu_count = _int_label(labels, "nvidia.com/gpu.count", count_default, name, problems)
-    memory_mib = _int_label(labels, "nvidia.com/gpu.memory", -1, name, problems)
+    gpu_count = _int_label(labels, "habana.ai/device.count", gpu_count, name, problems)
+    memory_bytes = _memory_bytes(labels, name, problems)
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return Node(
         name=name,
         product=product or "unknown",
         gpu_count=gpu_count,
-        gpu_memory_bytes=memory_mib * BYTES_PER_MIB if memory_mib >= 0 else math.nan,
+        gpu_memory_bytes=memory_bytes,
         capacity=capacity,
         allocatable=allocatable,
-        replicas=max(replicas, 1),
+        replicas=replicas,
         mig_strategy=labels.get("nvidia.com/mig.strategy", "none"),
         ready=conditions.get("Ready") == "True",
         unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
@@ -483,6 +494,22 @@ def parse_tolerations(items: Any) -> tuple[Toleration, ...]:
         for t in items or []
         if isinstance(t, dict)
     )
+
+
+def _memory_bytes(labels: Mapping[str, str], node: str, problems: _Problems) -> float:
+    """Memory of one of the node's GPUs: GFD's nvidia.com/gpu.memory (MiB), or AMD's node labeller's
+    amd.com/gpu.vram ("192G": GiB); NaN when neither says (Habana's feature discovery does not)."""
+    memory_mib = _int_label(labels, "nvidia.com/gpu.memory", -1, node, problems)
+    if memory_mib >= 0:
+        return memory_mib * BYTES_PER_MIB
+    vram = labels.get("amd.com/gpu.vram") or labels.get("beta.amd.com/gpu.vram")
+    if vram is None:
+        return math.nan
+    try:
+        return int(vram.removesuffix("G")) * 1024 * BYTES_PER_MIB
+    except ValueError:
+        problems.add(f"node {node}: label amd.com/gpu.vram={vram!r} is not a size in GiB")
+        return math.nan
 
 
 def _int_label(labels: Mapping[str, str], key: str, default: int, node: str, problems: _Problems) -> int:
@@ -580,15 +607,15 @@ def _requirement(expression: JsonObject, *, on_field: bool) -> NodeRequirement:
 
 def _selected_product(spec: JsonObject) -> str | None:
     """The GPU product a pod is pinned to by nodeSelector or required node affinity, if one pool."""
-    selected = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
+    selected = node_product(spec.get("nodeSelector") or {})
     if selected:
-        return str(selected)
+        return selected
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
     for term in affinity.get("nodeSelectorTerms") or []:
         for expr in term.get("matchExpressions") or []:
-            if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In":
+            if expr.get("key") in PRODUCT_LABELS and expr.get("operator") == "In":
                 values = expr.get("values") or []
                 if values and len({normalize_product(v) for v in values}) == 1:
                     return str(values[0])

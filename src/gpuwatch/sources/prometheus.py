@@ -41,6 +41,7 @@ from gpuwatch.sources.dcgm import (
     field_of,
     is_dcgm_metric,
     is_exporter_pod_name,
+    resolve_uuid,
     resolve_workload,
     row_block,
     to_float,
@@ -544,7 +545,7 @@ class PrometheusSource:
             )
         elif not sampled:
             problems.append(f"no DCGM utilization series in the last {lookback_seconds}s")
-        no_uuid = sum(1 for s in sampled if not (s.get("UUID") or s.get("uuid")))
+        no_uuid = sum(1 for s in sampled if not resolve_uuid(s))
         if no_uuid:
             problems.append(
                 f"{no_uuid} utilization series carry no UUID label: those GPUs cannot be identified"
@@ -712,6 +713,7 @@ class HistorySums:
     pending_waiting_now: pd.DataFrame  # namespace, pod, team, pool: seconds waited
     pending_info_now: pd.DataFrame  # namespace, pod, team, pool and PENDING_INFO_LABELS
     tainted_nodes_now: pd.DataFrame  # pool, taint: nodes carrying it
+    pool_info_now: pd.DataFrame  # pool, vendor (empty from exporters before it was published)
     # QUEUE_USAGE as the exporter published it (queue_usage_history; empty: not read, or none published)
     queue_usage: pd.DataFrame = field(default_factory=QUEUE_USAGE.empty)
 
@@ -1148,6 +1150,7 @@ def history_sums(
                 promql.pending_pod_info_latest_query(), (*promql.PENDING_LABELS, *promql.PENDING_INFO_LABELS)
             ),
             tainted_nodes_now=now(promql.pool_tainted_nodes_latest_query(), ("pool", "taint")),
+            pool_info_now=now(promql.pool_info_latest_query(), ("pool", "vendor")),
         )
         if queue_step_seconds is not None:
             resolution = int(pieces["resolution_seconds"].min()) if len(pieces) else 0

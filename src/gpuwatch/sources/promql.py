@@ -88,11 +88,13 @@ def names_selector(metrics: Iterable[str], matchers: Sequence[Matcher] = ()) -> 
 
 
 def dcgm_names_selector() -> str:
-    """Every DCGM metric name, for /api/v1/label/__name__/values?match[]=...
+    """Every name of DCGM's and other vendors' exporters, for /api/v1/label/__name__/values?match[]=...
 
-    {__name__=~"DCGM_.+|dcgm_.+"}
+    AMD's are gpu_* (amd_gpu_* with its usual prefix), Gaudi's habanalabs_*::
+
+    {__name__=~"DCGM_.+|dcgm_.+|gpu_.+|amd_gpu_.+|habanalabs_.+"}
     """
-    return '{__name__=~"DCGM_.+|dcgm_.+"}'
+    return '{__name__=~"DCGM_.+|dcgm_.+|gpu_.+|amd_gpu_.+|habanalabs_.+"}'
 
 
 def field_aliases_selector(fields: Sequence[Field], matchers: Sequence[Matcher] = ()) -> str:
@@ -100,7 +102,7 @@ def field_aliases_selector(fields: Sequence[Field], matchers: Sequence[Matcher] 
 
     field_aliases_selector([PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL]) is::
 
-        {__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO|dcgm_fi_prof_gr_engine_active|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO|dcgm_gpu_utilization"}
+        {__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO|dcgm_fi_prof_gr_engine_active|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO|dcgm_gpu_utilization|gpu_gfx_activity|amd_gpu_gfx_activity|habanalabs_utilization"}
     """
     return names_selector([m for f in fields for m in f.metrics], matchers)
 
@@ -110,7 +112,7 @@ def series_count_query(fields: Sequence[Field], matchers: Sequence[Matcher] = ()
 
     series_count_query([PROF_GR_ENGINE_ACTIVE, DEV_GPU_UTIL]) is::
 
-        count({__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO|dcgm_fi_prof_gr_engine_active|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO|dcgm_gpu_utilization"})
+        count({__name__=~"DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO|dcgm_fi_prof_gr_engine_active|DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_GPU_UTIL_RATIO|dcgm_gpu_utilization|gpu_gfx_activity|amd_gpu_gfx_activity|habanalabs_utilization"})
     """
     return f"count({field_aliases_selector(fields, matchers)})"
 
@@ -220,6 +222,7 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_pending_pod_waiting_seconds": PENDING_LABELS,
     "gpuwatch_pending_pod_info": (*PENDING_LABELS, "blocked_by", *PENDING_INFO_LABELS),
     "gpuwatch_pool_tainted_nodes": ("pool", "taint"),
+    "gpuwatch_pool_info": ("pool", "vendor"),
     **dict.fromkeys(
         (
             "gpuwatch_queue_nominal_gpus",
@@ -945,3 +948,11 @@ def pool_tainted_nodes_latest_query() -> str:
     max by (pool, taint) (gpuwatch_pool_tainted_nodes)
     """
     return f"max by (pool, taint) ({selector('gpuwatch_pool_tainted_nodes')})"
+
+
+def pool_info_latest_query() -> str:
+    """Each pool's vendor now (instant query).
+
+    max by (pool, vendor) (gpuwatch_pool_info)
+    """
+    return f"max by (pool, vendor) ({selector('gpuwatch_pool_info')})"

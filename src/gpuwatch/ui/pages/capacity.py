@@ -81,6 +81,7 @@ def pool_rows(view: View) -> list[dict[str, Any]]:
 
 POOL_COLUMNS = [
     Column("pool", "pool"),
+    Column("vendor", "vendor"),
     Column("gpus", "GPUs", "int"),
     Column("free_now", "free now", "num"),
     Column("largest_free_block", "largest placeable", "num"),
