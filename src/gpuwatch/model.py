@@ -112,6 +112,16 @@ def node_product(labels: Mapping[str, str]) -> str:
     return next((labels[k] for k in PRODUCT_LABELS if labels.get(k)), "")
 
 
+def product_label(product: str) -> str:
+    """The node label naming a product, to select its nodes by: AMD's node labeller writes products as
+    "AMD_Instinct_MI300X_OAM" and Habana's feature discovery Gaudi types as "GAUDI2"; GFD writes the rest.
+    """
+    name = normalize_product(product)
+    if name.startswith("AMD"):
+        return AMD_PRODUCT_LABEL
+    return GAUDI_PRODUCT_LABEL if name.startswith("GAUDI") else GPU_PRODUCT_LABEL
+
+
 def ge_per_unit(resource: str, replicas: int = 1) -> float:
     """GPU-equivalents of one unit of an extended resource (SPEC §3).
 

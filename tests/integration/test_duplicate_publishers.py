@@ -179,7 +179,7 @@ def _panel_queries(window: Window) -> dict[str, str]:
                 expr = target.get("expr", "")
                 if "gpuwatch_" in expr:
                     seconds = int(window.duration_seconds)
-                    expr = re.sub(r"\$(pool|team|node|hostname|model)\b", ".*", expr)
+                    expr = re.sub(r"\$(cluster|pool|team|node|hostname|model)\b", ".*", expr)
                     expr = expr.replace("$__range_s", str(seconds)).replace("$__range", f"{seconds}s")
                     queries[f"{path.name}: {panel['title']} ({target['refId']})"] = expr
     return queries

@@ -2,14 +2,17 @@
 
 Every recording-rule expression, alert expression, Grafana panel query and variable query must parse
 (HTTP 200, status success) in both label layouts; those over raw DCGM series must return data, and the
-device-health alerts must select exactly the GPUs the simulated fleet broke (SPEC §5). promtool checks
-the rule files, the generated PrometheusRule and runs the rule unit tests.
+device-health alerts must select exactly the GPUs the simulated fleet broke (SPEC §5). The dashboards'
+`cluster` variable changes nothing on a Prometheus without a cluster label, and on one holding two
+clusters selects one cluster's series (or both, kept apart). promtool checks the rule files, the
+generated PrometheusRule and runs the rule unit tests.
 """
 
 import json
 import re
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,14 @@ from gpuwatch.model import Window
 from gpuwatch.sources import promql
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.exposition import FAMILY_NAMES
-from tests.integration.prom import PROMTOOL, BackfilledPrometheus, PrometheusFactory
+from tests.integration.prom import (
+    PROMTOOL,
+    BackfilledPrometheus,
+    PrometheusFactory,
+    PrometheusServer,
+    create_blocks,
+    write_backfill_file,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +59,7 @@ VARIABLES = {
     "$__interval": "1m",
     "$__range_s": "86400",
     "$__range": "1d",
+    "$cluster": ".*",
     "$pool": ".*",
     "$team": ".*",
     "$node": ".*",
@@ -70,14 +81,16 @@ def must_return_data(expr: str) -> bool:
     return GPUWATCH_SERIES_IN_BACKFILL or not needs_gpuwatch_series(expr)
 
 
-def substitute(expr: str) -> str:
-    for name in sorted(VARIABLES, key=len, reverse=True):
-        expr = expr.replace(name, VARIABLES[name])
+def substitute(expr: str, **chosen: str) -> str:
+    """Grafana's interpolation: the built-ins, and each template variable as `chosen` or else "All"."""
+    values = {**VARIABLES, **{f"${name}": value for name, value in chosen.items()}}
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace(name, values[name])
     assert not re.search(r"\$[A-Za-z_]", expr), f"unsubstituted variable in {expr}"
     return expr
 
 
-def instant(prom: BackfilledPrometheus, expr: str, at: datetime) -> list[dict[str, Any]]:
+def instant(prom: BackfilledPrometheus | PrometheusServer, expr: str, at: datetime) -> list[dict[str, Any]]:
     """Like prom.query, but asserting HTTP 200 and status success with the error in the message."""
     reply = requests.get(
         f"{prom.url}/api/v1/query", params={"query": expr, "time": at.timestamp()}, timeout=120
@@ -121,7 +134,11 @@ def panel_queries() -> dict[str, str]:
 
 
 def variable_queries() -> dict[str, str]:
-    """'<dashboard> / $<name>' -> the PromQL a variable query sends (label_values as a series selector)."""
+    """'<dashboard> / $<name>' -> the PromQL a variable query sends (label_values as a series selector).
+
+    label_values(SELECTOR, label) runs as `count by (label) (SELECTOR)`: one series per value, and one
+    without labels when no series carries the label (Grafana then offers only "All").
+    """
     out = {}
     for path in sorted(DASHBOARDS.glob("*.json")):
         for var in json.loads(path.read_text(encoding="utf-8"))["templating"]["list"]:
@@ -218,7 +235,9 @@ def test_the_hostname_variable_lists_every_exporter_whichever_label_it_uses(
     at = after_all_events(fleet)
     lines = [
         "{" + ",".join(f'{k}="{v}"' for k, v in r["metric"].items()) + "}"
-        for r in instant(health_prometheus, variable_queries()["gpu-fleet-health / $hostname"], at)
+        for r in instant(
+            health_prometheus, substitute(variable_queries()["gpu-fleet-health / $hostname"]), at
+        )
     ]
     values = {m.group(1) for line in lines if (m := regex.search(line))}
     ready = {n.name for n in fleet.nodes if n.ready}
@@ -237,6 +256,200 @@ def test_every_dcgm_recording_rule_sees_every_reporting_gpu(health_prometheus: B
     assert all(r["metric"]["node"] and r["metric"]["instance"] for r in temps)
     physical = {g.uuid for g in health_prometheus.fleet.gpus}
     assert {r["metric"]["UUID"] for r in temps} <= physical
+
+
+# -- the cluster variable -------------------------------------------------------------------------
+
+# Two clusters behind one query backend, each series labelled with its own (as a Prometheus external
+# label or the exporter's stamp would): two demo fleets with the same node names but different pods,
+# sizes and samples.
+CLUSTER_FLEETS = {"eu-1": {"seed": 42, "gpus": 32}, "us-1": {"seed": 7, "gpus": 48}}
+# Per-row queries keep `cluster`; the rest add the clusters up, but for the ratios of two sums.
+RATIOS = {
+    "gpu-team-waste / Allocated GPU utilization / A",
+    "gpu-team-waste / Team efficiency: used / allocated GPUs / A",
+}
+REL = 1e-9
+
+Keyed = dict[tuple[tuple[str, str], ...], float]
+
+
+def cluster_scoped_queries() -> dict[str, str]:
+    """Every panel and variable query that reads $cluster: all of them but the cluster variable's own."""
+    queries = {**panel_queries(), **variable_queries()}
+    scoped = {name: expr for name, expr in queries.items() if "$cluster" in expr}
+    assert set(queries) - set(scoped) == {"gpu-fleet-health / $cluster", "gpu-team-waste / $cluster"}
+    return scoped
+
+
+def without_cluster(expr: str) -> str:
+    """The query as it was before the cluster variable: no cluster matcher, no cluster in label lists."""
+    expr = expr.replace('{cluster=~"$cluster"}', "")
+    expr = expr.replace('cluster=~"$cluster", ', "").replace(', cluster=~"$cluster"', "")
+    expr = re.sub(r"\b(by|on) \(cluster, ", r"\1 (", expr)
+    assert not re.search(r"\bcluster\b", expr), expr
+    return expr
+
+
+def keyed(result: list[dict[str, Any]], *, drop: str = "") -> Keyed:
+    """Label set -> value of an instant query's series, the label `drop` left out of the label sets."""
+    out = {
+        tuple(sorted((k, v) for k, v in r["metric"].items() if k != drop)): float(r["value"][1])
+        for r in result
+    }
+    assert len(out) == len(result), f"series differing only in {drop}"
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(cluster_scoped_queries()))
+def test_all_clusters_on_a_prometheus_without_a_cluster_label_change_nothing(
+    health_prometheus: BackfilledPrometheus, name: str
+) -> None:
+    """One cluster, no `cluster` label: `cluster=~".*"` matches the absent label (the empty string), and
+    `cluster` in a label list groups nothing apart: the series and values of the query without them."""
+    expr = cluster_scoped_queries()[name]
+    at = after_all_events(health_prometheus.fleet)
+    got = keyed(instant(health_prometheus, substitute(expr), at))
+    before = keyed(instant(health_prometheus, substitute(without_cluster(expr)), at))
+    assert got == pytest.approx(before, rel=REL, nan_ok=True)
+    if must_return_data(expr):
+        assert got
+
+
+def with_cluster(line: str, cluster: str) -> str:
+    """An OpenMetrics sample line with cluster="..." first among its labels."""
+    name, brace, rest = line.partition("{")
+    if brace and " " not in name:
+        return f'{name}{{cluster="{cluster}"{"" if rest.startswith("}") else ","}{rest}'
+    name, _, rest = line.partition(" ")
+    return f'{name}{{cluster="{cluster}"}} {rest}'
+
+
+def write_clusters(backfills: dict[str, Path], out: Path) -> None:
+    """One OpenMetrics file of several clusters' backfills: each family once, holding every cluster's
+    samples labelled with their cluster."""
+    headers: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    for cluster, path in backfills.items():
+        family = ""
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith("# EOF"):
+                    continue
+                if m := re.match(r"# (HELP|TYPE|UNIT) (\S+)", line):
+                    if family != m.group(2):
+                        family = m.group(2)
+                        fresh = family not in headers
+                        headers.setdefault(family, [])
+                    if fresh:
+                        headers[family].append(line)
+                elif line.strip():
+                    samples.setdefault(family, []).append(with_cluster(line, cluster))
+    with out.open("w", encoding="utf-8") as merged:
+        for family in dict.fromkeys([*headers, *samples]):
+            merged.writelines(headers.get(family, []))
+            merged.writelines(samples.get(family, []))
+        merged.write("# EOF\n")
+
+
+@dataclass(frozen=True)
+class TwoClusters:
+    both: PrometheusServer  # every cluster's series, labelled cluster="<name>"
+    alone: dict[str, BackfilledPrometheus]  # each cluster's fleet by itself, without a cluster label
+
+    @property
+    def at(self) -> datetime:
+        return after_all_events(next(iter(self.alone.values())).fleet)
+
+
+@pytest.fixture(scope="module")
+def two_clusters(
+    prometheus_factory: PrometheusFactory, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TwoClusters]:
+    fleets = {
+        name: build_demo_fleet(end=DEMO_END, days=0.25, step_seconds=STEP_SECONDS, **shape)
+        for name, shape in CLUSTER_FLEETS.items()
+    }
+    alone = {
+        name: prometheus_factory(fleet, metrics=HEALTH_METRICS, gpuwatch_series=True)
+        for name, fleet in fleets.items()
+    }
+    workdir = tmp_path_factory.mktemp("two-clusters")
+    backfills = {
+        name: write_backfill_file(fleet, workdir / f"{name}.om", metrics=HEALTH_METRICS, gpuwatch_series=True)
+        for name, fleet in fleets.items()
+    }
+    write_clusters({name: b.path for name, b in backfills.items()}, workdir / "clusters.om")
+    create_blocks(workdir / "clusters.om", workdir / "tsdb")
+    for path in (*(b.path for b in backfills.values()), workdir / "clusters.om"):
+        path.unlink()
+    with PrometheusServer(workdir / "tsdb") as both:
+        yield TwoClusters(both=both, alone=alone)
+
+
+def test_the_two_clusters_share_node_names_and_differ_in_what_the_dashboards_show(
+    two_clusters: TwoClusters,
+) -> None:
+    eu, us = two_clusters.alone.values()
+    assert {n.name for n in eu.fleet.nodes} & {n.name for n in us.fleet.nodes}, "same-named nodes"
+    at = two_clusters.at
+    queries = cluster_scoped_queries()
+    differ = [
+        name
+        for name, expr in queries.items()
+        if keyed(instant(eu, substitute(expr), at)) != keyed(instant(us, substitute(expr), at))
+    ]
+    assert len(differ) > len(queries) / 2, "choosing a cluster must make a difference"
+
+
+def test_the_cluster_variable_lists_each_cluster_and_nothing_without_the_label(
+    two_clusters: TwoClusters,
+) -> None:
+    for stem in ("gpu-fleet-health", "gpu-team-waste"):
+        expr = variable_queries()[f"{stem} / $cluster"]
+        listed = instant(two_clusters.both, substitute(expr), two_clusters.at)
+        assert sorted(r["metric"]["cluster"] for r in listed) == sorted(CLUSTER_FLEETS)
+        for prom in two_clusters.alone.values():
+            assert [r["metric"] for r in instant(prom, substitute(expr), two_clusters.at)] == [{}]
+
+
+@pytest.mark.parametrize("name", sorted(cluster_scoped_queries()))
+def test_a_chosen_cluster_reads_its_own_series_and_all_keeps_clusters_apart_or_adds_them_up(
+    two_clusters: TwoClusters, name: str
+) -> None:
+    """$cluster = one cluster: exactly what that cluster's fleet alone shows. $cluster = All: per-row
+    queries show both clusters' rows (same-named nodes, pools, pods not merged); the others add the
+    clusters up (counts, spend, GE), but for the ratios of two sums."""
+    expr = cluster_scoped_queries()[name]
+    at = two_clusters.at
+    picked: dict[str, list[dict[str, Any]]] = {}
+    for cluster, alone in two_clusters.alone.items():
+        result = instant(two_clusters.both, substitute(expr, cluster=cluster), at)
+        assert {r["metric"].get("cluster", cluster) for r in result} <= {cluster}, "another cluster's rows"
+        own = keyed(instant(alone, substitute(expr), at))
+        assert keyed(result, drop="cluster") == pytest.approx(own, rel=REL, nan_ok=True), cluster
+        picked[cluster] = result
+    every = keyed(instant(two_clusters.both, substitute(expr), at))
+    rows = [r for result in picked.values() for r in result]
+    union = {k: v for result in picked.values() for k, v in keyed(result).items()}
+    if rows and all("cluster" in r["metric"] for r in rows):
+        if "topk(" in expr:  # the top rows of both clusters together
+            assert every.keys() <= union.keys()
+            assert every == pytest.approx({k: union[k] for k in every}, rel=REL, nan_ok=True)
+        else:
+            assert every == pytest.approx(union, rel=REL, nan_ok=True)
+    elif name not in RATIOS:
+        assert not any("cluster" in r["metric"] for r in rows), "rows per cluster in some results only"
+        eu, us = (keyed(result) for result in picked.values())
+        added = {k: eu.get(k, 0.0) + us.get(k, 0.0) for k in eu.keys() | us.keys()}
+        assert every == pytest.approx(added, rel=REL, nan_ok=True)
+
+
+def test_the_ledger_of_all_clusters_holds_the_gpus_of_both(two_clusters: TwoClusters) -> None:
+    expr = panel_queries()["gpu-team-waste / GPU-hour ledger: capacity by state / A"]
+    ledger = keyed(instant(two_clusters.both, substitute(expr), two_clusters.at))
+    gpus = sum(n.gpu_count for prom in two_clusters.alone.values() for n in prom.fleet.nodes)
+    assert sum(ledger.values()) == pytest.approx(gpus)
 
 
 # -- device-health alerts select the GPUs the fleet broke ---------------------------------------------

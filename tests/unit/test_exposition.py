@@ -18,6 +18,7 @@ from gpuwatch.errors import DataError
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.exposition import (
     CONTENT_TYPE,
+    FAMILIES,
     FAMILY_NAMES,
     exporter_text,
     serve_metrics,
@@ -30,6 +31,25 @@ T_AT = pd.Timestamp("2026-11-19 13:59", tz="UTC")
 DEVICE = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
 MIG = ["GPU_I_PROFILE", "GPU_I_ID"]
 TAIL = ["DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod"]
+AMD_FAMILIES = {f.name for f in FAMILIES if f.vendor == "amd"}
+# AMD's device-metrics-exporter: every label, in sorted order, empty ones written as "".
+AMD_LABELS = [
+    "card_model",
+    "card_series",
+    "container",
+    "deployment_mode",
+    "gpu_compute_partition_type",
+    "gpu_id",
+    "gpu_memory_partition_type",
+    "gpu_partition_id",
+    "hostname",
+    "job_id",
+    "job_partition",
+    "job_user",
+    "namespace",
+    "pod",
+    "serial_number",
+]
 LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -78,8 +98,14 @@ def test_label_order_is_the_exporters(fleet: SimulatedFleet, text: str) -> None:
     host = {t.node: t.hostname_label for t in fleet.targets}
     node_of = {g.uuid: g.node for g in fleet.gpus}
     seen = set()
+    amd = 0
     for name, labels, _ in samples(text):
         keys = [k for k, _ in labels]
+        if name in AMD_FAMILIES:
+            assert keys == AMD_LABELS
+            assert dict(labels)["hostname"] == node_of[dict(labels)["serial_number"]]
+            amd += 1
+            continue
         h = host[node_of[labels[1][1]]]
         mig = MIG if "GPU_I_ID" in keys else []
         if name == "DCGM_FI_DEV_XID_ERRORS":
@@ -92,6 +118,7 @@ def test_label_order_is_the_exporters(fleet: SimulatedFleet, text: str) -> None:
     assert {m for m, _, _ in seen} == {True, False}
     assert {h for _, h, _ in seen} == {"Hostname", "hostname"}
     assert {v for _, _, v in seen} == {True, False}
+    assert amd == 16 * len(AMD_FAMILIES)  # the demo's 16 MI300X, each family once
 
 
 def test_values_are_in_the_exporters_units(fleet: SimulatedFleet, text: str) -> None:
@@ -100,7 +127,7 @@ def test_values_are_in_the_exporters_units(fleet: SimulatedFleet, text: str) -> 
     checked = 0
     for name, labels, value in samples(text):
         lab = dict(labels)
-        row = now.loc[(lab["UUID"], lab.get("GPU_I_ID", ""))]
+        row = now.loc[(lab.get("UUID") or lab["serial_number"], lab.get("GPU_I_ID", ""))]
         expected = {
             "DCGM_FI_DEV_FB_USED": row["fb_used_bytes"] / 2**20,
             "DCGM_FI_DEV_FB_FREE": row["fb_free_bytes"] / 2**20,
@@ -112,6 +139,12 @@ def test_values_are_in_the_exporters_units(fleet: SimulatedFleet, text: str) -> 
             "DCGM_FI_DEV_XID_ERRORS": row["xid_last"],
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": row["row_remap_failure"],
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": row["uncorrectable_remapped_rows"],
+            "gpu_gfx_activity": row["util_ratio"] * 100,
+            "gpu_used_vram": row["fb_used_bytes"] / 2**20,
+            "gpu_free_vram": row["fb_free_bytes"] / 2**20,
+            "gpu_package_power": row["power_watts"],
+            "gpu_junction_temperature": row["temp_celsius"],
+            "gpu_energy_consumed": row["energy_joules"] * 1e6,
         }[name]
         assert value == expected, (name, lab)
         checked += 1
@@ -211,7 +244,7 @@ def test_gap_and_not_ready_nodes_serve_nothing(fleet: SimulatedFleet) -> None:
     assert exporter_text(fleet, at=gap.end, node=gap.node) != ""
     gap_uuids = {g.uuid for g in fleet.gpus if g.node == gap.node}
     everything = exporter_text(fleet, at=inside)
-    assert not gap_uuids & {dict(lbl)["UUID"] for _, lbl, _ in samples(everything)}
+    assert not gap_uuids & {dict(lbl).get("UUID") for _, lbl, _ in samples(everything)}
     down = next(n for n in fleet.nodes if not n.ready)
     assert exporter_text(fleet, at=AT, node=down.name) == ""
     with pytest.raises(DataError):
@@ -277,6 +310,7 @@ def test_backfill_sample_count_and_series_order(fleet: SimulatedFleet) -> None:
     n, om = backfill(fleet, metrics=["DCGM_FI_DEV_GPU_TEMP"])
     lines = [line for line in om.splitlines() if not line.startswith("#")]
     tel = fleet.telemetry()
+    tel = tel[~tel["node"].str.startswith("gpu-mi300x")]  # AMD's GPUs are not dcgm-exporter's
     shared = {g.uuid for g in fleet.gpus if g.replicas > 1}
     assert n == len(lines) > len(tel)  # every served sample, plus one copy per extra replica holder
     last: dict[str, float] = {}

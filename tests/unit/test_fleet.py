@@ -29,8 +29,17 @@ def test_deterministic_per_seed(fleet: SimulatedFleet) -> None:
 
 def test_demo_has_the_spec_ingredients(fleet: SimulatedFleet) -> None:
     pools = {n.pool for n in fleet.nodes}
-    assert pools == {"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4", "TESLA-T4"}
-    assert sum(n.gpu_count for n in fleet.nodes) == 80
+    assert pools == {
+        "NVIDIA-H100-80GB-HBM3",
+        "NVIDIA-A100-SXM4-80GB",
+        "NVIDIA-L4",
+        "TESLA-T4",
+        "AMD_INSTINCT_MI300X_OAM",
+    }
+    assert sum(n.gpu_count for n in fleet.nodes) == 96
+    assert {n.vendor for n in fleet.nodes} == {"nvidia", "amd"}
+    amd = [a for a in fleet.allocations if a.resource == "amd.com/gpu"]
+    assert amd and {a.node[:10] for a in amd} == {"gpu-mi300x"}
     assert any(n.mig_strategy == "mixed" for n in fleet.nodes)
     assert any(n.replicas > 1 and "nvidia.com/gpu.shared" in n.capacity for n in fleet.nodes)
     assert any(n.product.endswith("-SHARED") for n in fleet.nodes)
@@ -120,7 +129,7 @@ def test_telemetry_agrees_with_allocations(fleet: SimulatedFleet) -> None:
 def test_scaled_fleet_keeps_its_shape() -> None:
     big = build_demo_fleet(seed=1, end=END, days=0.25, gpus=400)
     assert 360 <= sum(n.gpu_count for n in big.nodes) <= 440
-    assert len({n.pool for n in big.nodes}) == 4
+    assert len({n.pool for n in big.nodes}) == 5
 
 
 def test_a_pod_count_stretches_lifetimes_not_how_many_run_at_once() -> None:

@@ -661,7 +661,7 @@ def test_simulated_objects_parse_cleanly_and_are_a_pure_function_of_the_fleet(
 
 def test_simulated_flavors_stand_for_the_pools(fleet: SimulatedFleet, simulated: KueueState) -> None:
     flavors = {f.name: f for f in simulated.flavors}
-    assert set(flavors) == {"h100", "a100", "a100-mig", "l4", "t4", "default-flavor"}
+    assert set(flavors) == {"h100", "a100", "a100-mig", "l4", "t4", "mi300x", "default-flavor"}
     assert flavors["h100"].product == "NVIDIA-H100-80GB-HBM3" and flavors["l4"].product == "NVIDIA-L4"
     pools = {
         "h100": "NVIDIA-H100-80GB-HBM3",
@@ -669,6 +669,7 @@ def test_simulated_flavors_stand_for_the_pools(fleet: SimulatedFleet, simulated:
         "a100-mig": "NVIDIA-A100-SXM4-80GB",
         "l4": "NVIDIA-L4",
         "t4": "TESLA-T4",
+        "mi300x": "AMD_INSTINCT_MI300X_OAM",  # by AMD's node labeller's product label
     }
     for name, pool in pools.items():
         selected = [n for n in fleet.nodes if flavors[name].selects(n.labels)]

@@ -70,7 +70,7 @@ def test_ledger_sums_to_capacity_and_money_follows_prices(report: dict[str, Any]
     fleet = report["fleet"]
     ledger = fleet["ledger_gpu_hours"]
     assert sum(ledger[s] for s in LEDGER_STATES) == pytest.approx(fleet["capacity_gpu_hours"])
-    assert fleet["capacity_gpu_hours"] == pytest.approx(80 * 24)
+    assert fleet["capacity_gpu_hours"] == pytest.approx(96 * 24)  # 80 NVIDIA GPUs and 16 AMD MI300X
     assert fleet["allocated_gpu_hours"] == pytest.approx(
         ledger["allocated_unknown"] + ledger["allocated_idle"] + ledger["allocated_active"]
     )

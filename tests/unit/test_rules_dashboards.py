@@ -221,7 +221,10 @@ def test_dashboard_has_a_datasource_variable_and_label_values_filters(path: Path
     variables = {v["name"]: v for v in board["templating"]["list"]}
     ds = variables["datasource"]
     assert (ds["type"], ds["query"]) == ("datasource", "prometheus")
-    wanted = {"gpu-fleet-health.json": {"pool", "node"}, "gpu-team-waste.json": {"pool", "team", "node"}}
+    wanted = {
+        "gpu-fleet-health.json": {"cluster", "pool", "node"},
+        "gpu-team-waste.json": {"cluster", "pool", "team", "node"},
+    }
     for name in wanted[path.name]:
         assert variables[name]["type"] == "query"
         assert variables[name]["definition"].startswith("label_values(")
@@ -230,6 +233,114 @@ def test_dashboard_has_a_datasource_variable_and_label_values_filters(path: Path
             assert v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert v["includeAll"] and v["allValue"] == ".*"
             assert v["definition"] == v["query"]["query"]
+
+
+CLUSTER_MATCHER = 'cluster=~"$cluster"'
+# A PromQL lexer good enough to find every series selector: strings, label matchers in braces, range and
+# subquery brackets, durations, numbers, identifiers (metric names, functions, keywords), anything else.
+PROMQL_TOKEN = re.compile(
+    r"""(?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+    |(?P<braces>\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\})
+    |(?P<brackets>\[[^\]]*\])
+    |(?P<duration>(?:\d+(?:ms|[smhdwy]))+)
+    |(?P<number>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+    |(?P<ident>[A-Za-z_:][\w:]*)
+    |(?P<space>\s+)
+    |(?P<other>.)""",
+    re.VERBOSE,
+)
+LABEL_LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+AGGREGATIONS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values"}
+AGGREGATIONS |= {"bottomk", "topk", "quantile", "limitk", "limit_ratio"}  # `max by (l) (x)`: no ( after max
+KEYWORDS = LABEL_LIST_KEYWORDS | AGGREGATIONS | {"and", "or", "unless", "bool", "offset", "inf", "nan"}
+
+
+def selectors(expr: str) -> list[str]:
+    """Every series selector of a PromQL expression: `name`, `name{...}` or `{...}`."""
+    tokens = [(m.lastgroup, m.group()) for m in PROMQL_TOKEN.finditer(expr) if m.lastgroup != "space"]
+    found = []
+    i = 0
+    while i < len(tokens):
+        kind, text = tokens[i]
+        following = tokens[i + 1] if i + 1 < len(tokens) else ("", "")
+        if kind == "ident" and text in LABEL_LIST_KEYWORDS and following == ("other", "("):
+            i = next(j for j in range(i, len(tokens)) if tokens[j] == ("other", ")"))  # a label list
+        elif kind == "ident" and text not in KEYWORDS and following != ("other", "("):
+            if following[0] == "braces":
+                found.append(text + following[1])
+                i += 1
+            else:
+                found.append(text)
+        elif kind == "braces":
+            found.append(text)
+        i += 1
+    return found
+
+
+def variable_selector_expr(definition: str) -> str:
+    """The PromQL inside a Grafana query variable: label_values(SELECTOR, label) or query_result(EXPR)."""
+    if m := re.fullmatch(r"label_values\((.+),\s*\w+\)", definition):
+        return m.group(1)
+    m = re.fullmatch(r"query_result\((.+)\)", definition)
+    assert m, f"unknown variable query {definition}"
+    return m.group(1)
+
+
+def board_queries(board: dict[str, Any]) -> dict[str, str]:
+    """'<panel> / <refId>' or '$<variable>' -> PromQL, every query the board sends but $cluster's own."""
+    out = {f"{p['title']} / {t['refId']}": t["expr"] for p in board["panels"] for t in p.get("targets", [])}
+    for v in board["templating"]["list"]:
+        if v["type"] == "query" and v["name"] != "cluster":
+            out[f"${v['name']}"] = variable_selector_expr(v["definition"])
+    return out
+
+
+def test_the_selector_finder_finds_bare_names_braces_and_nothing_in_label_lists_or_strings() -> None:
+    expr = (
+        'sum by (team) (max by (cluster, team) (a{x="}{", y=~"$y"}) * on (pool) group_left () b)'
+        ' / label_replace({__name__=~"c|d"}[5m] offset 1h, "n", "$1", "m", "(.*)") > 1e-9 or vector(0)'
+    )
+    assert selectors(expr) == ['a{x="}{", y=~"$y"}', "b", '{__name__=~"c|d"}']
+
+
+@pytest.mark.parametrize("path", dashboards(), ids=lambda p: p.name)
+def test_the_cluster_variable_comes_first_and_every_selector_carries_it(path: Path) -> None:
+    """Several clusters behind one Thanos/Mimir/VictoriaMetrics: `cluster` (an external label, or stamped
+    by gpuwatch) scopes every panel and every other variable. Its "All" is `.*`, which also matches a
+    series without the label (an absent label is the empty string), so one unlabelled cluster sees what
+    it saw before."""
+    board = json.loads(path.read_text(encoding="utf-8"))
+    variables = board["templating"]["list"]
+    assert [v["name"] for v in variables][:2] == ["datasource", "cluster"], "first after its data source"
+    cluster = variables[1]
+    assert (cluster["type"], cluster["multi"], cluster["includeAll"]) == ("query", True, True)
+    assert cluster["allValue"] == ".*"
+    assert re.fullmatch(r"label_values\(.+, cluster\)", cluster["definition"]), cluster["definition"]
+    assert "$" not in cluster["definition"]
+    queries = board_queries(board)
+    assert len(queries) > 15
+    for name, expr in queries.items():
+        found = selectors(expr)
+        assert found, f"{name}: no selector found in {expr}"
+        for selector in found:
+            assert "{" in selector and CLUSTER_MATCHER in selector, (
+                f"{name}: {selector} lacks {CLUSTER_MATCHER}"
+            )
+
+
+@pytest.mark.parametrize("path", dashboards(), ids=lambda p: p.name)
+def test_rows_and_matches_keep_two_clusters_apart_and_only_sums_roll_them_up(path: Path) -> None:
+    """Two clusters may both have a node gpu-h100-000, a pool H100, a pod ml/train, a ClusterQueue: one
+    copy per series (max by), per-row aggregations and vector matches keep `cluster`; a `sum by` may add
+    the clusters up (a team's spend over the fleet)."""
+    board = json.loads(path.read_text(encoding="utf-8"))
+    for p in board["panels"]:
+        for t in p.get("targets", []):
+            for function, labels in re.findall(r"\b(\w+) by \(([^)]*)\)", t["expr"]):
+                if function != "sum":
+                    assert "cluster" in labels.split(", "), f"{p['title']}: {function} by ({labels})"
+            for labels in re.findall(r"\bon \(([^)]*)\)", t["expr"]):
+                assert "cluster" in labels.split(", "), f"{p['title']}: on ({labels})"
 
 
 @pytest.mark.parametrize("path", dashboards(), ids=lambda p: p.name)

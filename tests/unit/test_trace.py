@@ -324,9 +324,9 @@ def test_summary_of_the_demo_fleet_matches_its_truth() -> None:
     truth = demo.truth()
     assert s["allocated_gpu_hours"] == round(truth["ge_share"].sum() * 300 / 3600, 6)
     assert s["peak_allocated_gpus"] == round(truth.groupby("timestamp")["ge_share"].sum().max(), 6)
-    assert s["capacity_gpu_hours"] == 80 * 12.0
-    assert s["mean_allocation_rate"] == round(s["allocated_gpu_hours"] / 960.0, 6)
-    assert (s["gpus"], s["nodes"], s["pods_skipped_cpu_only"], s["pods_outside_window"]) == (80, 12, 0, 0)
+    assert s["capacity_gpu_hours"] == 96 * 12.0
+    assert s["mean_allocation_rate"] == round(s["allocated_gpu_hours"] / 1152.0, 6)
+    assert (s["gpus"], s["nodes"], s["pods_skipped_cpu_only"], s["pods_outside_window"]) == (96, 14, 0, 0)
     # The demo's pending pods: two for capacity, one each for fragmentation, affinity, taint, MIG profile
     # and quota.
     assert s["pods_pending"] == 7

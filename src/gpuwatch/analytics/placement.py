@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gpuwatch.model import (
-    GPU_PRODUCT_LABEL,
     KUEUE_ADMISSION_GATE,
     KUEUE_QUEUE_LABEL,
     LIFECYCLE_TAINT_PREFIX,
@@ -23,6 +22,7 @@ from gpuwatch.model import (
     Placement,
     Pod,
     Taint,
+    product_label,
 )
 from gpuwatch.schema import PENDING_SCREENS, PLACEABLE_NODES
 
@@ -53,7 +53,7 @@ def placement_of(pod: Pod) -> Placement:
     if pod.placement is not None:
         return pod.placement
     if pod.node_selector_product:
-        return Placement(node_selector={GPU_PRODUCT_LABEL: pod.node_selector_product})
+        return Placement(node_selector={product_label(pod.node_selector_product): pod.node_selector_product})
     return Placement()
 
 

@@ -15,6 +15,8 @@ from gpuwatch.model import (
     KUEUE_ADMISSION_GATE,
     KUEUE_QUEUE_LABEL,
     MIG_SLICES_PER_GPU,
+    RESOURCE_AMD_GPU,
+    RESOURCE_GAUDI,
     RESOURCE_GPU,
     RESOURCE_GPU_SHARED,
     RESOURCE_MIG_PREFIX,
@@ -50,6 +52,7 @@ from gpuwatch.sources.simulated.fleet import (
     _quotas,
     _uid,
     gpu_uuid,
+    stable_hex,
 )
 from gpuwatch.sources.simulated.kubeobjects import scheduler_message
 from gpuwatch.sources.simulated.scheduler import PoolSpec, Stream, _generate_requests, _schedule
@@ -64,6 +67,7 @@ DEMO_PRICES_USD_PER_GPU_HOUR: Mapping[str, float] = {
     "NVIDIA-A100-SXM4-80GB": 2.5,
     "NVIDIA-L4": 0.8,
     "TESLA-T4": 0.35,
+    "AMD_INSTINCT_MI300X_OAM": 3.2,
 }
 
 
@@ -161,6 +165,18 @@ DEMO_POOLS: tuple[PoolSpec, ...] = (
         replicas=4,
         has_prof=False,
         tdp_watts=70.0,
+    ),
+    # AMD Instinct beside the NVIDIA pools: the product as AMD's node labeller spells it, no DCGM profiling
+    # fields (its exporter's gpu_gfx_activity stands for GPU utilization).
+    PoolSpec(
+        product="AMD_Instinct_MI300X_OAM",
+        nodes=2,
+        gpus_per_node=8,
+        memory_mib=196608,
+        name_prefix="mi300x",
+        has_prof=False,
+        tdp_watts=750.0,
+        vendor="amd",
     ),
 )
 
@@ -334,6 +350,25 @@ DEMO_STREAMS: tuple[Stream, ...] = (
         concurrency=8,
         hours=(24, 96),
     ),
+    # Last, so the NVIDIA pools' arrivals are drawn as before.
+    Stream(
+        namespace="llm-research",
+        archetype="training",
+        pool="mi300x",
+        resource=RESOURCE_AMD_GPU,
+        qty=4,
+        concurrency=2,
+        hours=(24, 72),
+    ),
+    Stream(
+        namespace="genai-apps",
+        archetype="inference",
+        pool="mi300x",
+        resource=RESOURCE_AMD_GPU,
+        qty=1,
+        concurrency=5,
+        hours=(24, 96),
+    ),
 )
 
 
@@ -356,7 +391,8 @@ def build_demo_fleet(
     gpus: int | None = None,
     pods: int | None = None,
 ) -> SimulatedFleet:
-    """The SPEC §5 demo fleet: 80 GPUs in four pools and 13 teams, scaled to about `gpus` if given.
+    """The SPEC §5 demo fleet: 80 NVIDIA GPUs in four pools and 16 AMD MI300X, 13 teams, scaled to about
+    `gpus` if given.
 
     `end` defaults to the current hour (UTC); pass it explicitly for a reproducible fleet. `pods`: about
     that many pods over the window, by living longer (as many run at once; lifetimes never shorten).
@@ -450,6 +486,12 @@ def _build_nodes(seed: int, pools: Sequence[PoolSpec]) -> tuple[list[Node], list
     for spec in pools:
         for n in range(spec.nodes):
             name = f"gpu-{spec.name_prefix}-{n:03d}"
+            if spec.vendor != "nvidia":
+                node, node_gpus = _other_vendor_node(seed, spec, name)
+                nodes.append(node)
+                gpus += node_gpus
+                has_prof.update(dict.fromkeys((g.uuid for g in node_gpus), False))
+                continue
             labels = {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
@@ -521,6 +563,47 @@ def _build_nodes(seed: int, pools: Sequence[PoolSpec]) -> tuple[list[Node], list
                         )
                     )
     return nodes, gpus, has_prof
+
+
+def _other_vendor_node(seed: int, spec: PoolSpec, name: str) -> tuple[Node, list[Gpu]]:
+    """An AMD Instinct node as its device plugin and node labeller describe it (or a Gaudi node as Habana's
+    feature discovery does), and its GPUs, known by the serial numbers their exporters label them with."""
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+    if spec.vendor == "amd":
+        resource = RESOURCE_AMD_GPU
+        labels |= {
+            "amd.com/gpu.product-name": spec.product,
+            "amd.com/gpu.vram": f"{spec.memory_mib // 1024}G",
+            "amd.com/gpu.family": "AI",
+            "amd.com/gpu.device-id": "74a1",
+            "amd.com/gpu.cu-count": "304",
+            "amd.com/gpu.simd-count": "1216",
+        }
+    else:
+        resource = RESOURCE_GAUDI
+        labels |= {"habana.ai/device.type": spec.product, "habana.ai/device.count": str(spec.gpus_per_node)}
+    capacity = {resource: float(spec.gpus_per_node)}
+    node = Node(
+        name=name,
+        product=spec.product,
+        gpu_count=spec.gpus_per_node,
+        gpu_memory_bytes=spec.memory_mib * BYTES_PER_MIB,
+        capacity=capacity,
+        allocatable=dict(capacity),
+        labels=labels,
+        taints=spec.taints,
+    )
+    gpus = [
+        Gpu(
+            node=name,
+            uuid=str(int(stable_hex(seed, name, i, n=10), 16) % 10**12).zfill(12),
+            index=i,
+            product=spec.product,
+            memory_bytes=spec.memory_mib * BYTES_PER_MIB,
+        )
+        for i in range(spec.gpus_per_node)
+    ]
+    return node, gpus
 
 
 # GPU instance ids as nvidia-smi assigns them for a 3g+2g+1g+1g cut on an A100.

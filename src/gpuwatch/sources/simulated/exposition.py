@@ -20,6 +20,7 @@ from gpuwatch.model import normalize_product
 from gpuwatch.sources.simulated.fleet import (
     DRIVER_VERSION,
     EXPORTER_NAMESPACE,
+    EXPORTER_PODS,
     ExporterTarget,
     SimulatedFleet,
 )
@@ -34,8 +35,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Target labels kube-prometheus-stack's ServiceMonitor for the GPU Operator's exporter adds.
 EXPORTER_JOB = "nvidia-dcgm-exporter"
-EXPORTER_SERVICE = "nvidia-dcgm-exporter"
-EXPORTER_CONTAINER = "nvidia-dcgm-exporter"
 EXPORTER_ENDPOINT = "gpu-metrics"
 WORKLOAD_LABELS = ("container", "namespace", "pod")
 
@@ -52,6 +51,7 @@ class Family:
     coarsen: str = "mean"  # "mean" | "last": how sub-samples combine when the backfill step is coarser
     mig: bool = True  # served for MIG instances
     prof: bool = False  # served only where the GPU reports DCP (PROF) fields
+    vendor: str = "nvidia"  # whose exporter serves it: dcgm-exporter, or AMD's device-metrics-exporter
 
 
 # Order of etc/default-counters.csv, which is the order the exporter writes its families in.
@@ -109,6 +109,46 @@ FAMILIES: tuple[Family, ...] = (
         help="Ratio of time the graphics engine is active.",
         column="util_ratio",
         prof=True,
+    ),
+    # AMD's device-metrics-exporter, in base units converted to its own (ROCm/device-metrics-exporter
+    # docs/configuration/metricslist.md; help texts as its gauges carry them). Every family is a gauge.
+    Family(
+        name="gpu_gfx_activity",
+        help="Graphics engine usage in Percentage (0-100)",
+        column="util_ratio",
+        scale=100.0,
+        vendor="amd",
+    ),
+    Family(
+        name="gpu_used_vram",
+        help="Used VRAM memory of the GPU (in MB)",
+        column="fb_used_bytes",
+        scale=1.0 / BYTES_PER_MIB,
+        vendor="amd",
+    ),
+    Family(
+        name="gpu_free_vram",
+        help="Free VRAM memory of the GPU (in MB)",
+        column="fb_free_bytes",
+        scale=1.0 / BYTES_PER_MIB,
+        vendor="amd",
+    ),
+    Family(
+        name="gpu_package_power", help="Current socket power in Watts", column="power_watts", vendor="amd"
+    ),
+    Family(
+        name="gpu_junction_temperature",
+        help="Current junction/hotspot temperature in Celsius",
+        column="temp_celsius",
+        vendor="amd",
+    ),
+    Family(
+        name="gpu_energy_consumed",
+        help="Accumulated energy consumed by the GPU in uJ",
+        column="energy_joules",
+        scale=1e6,
+        coarsen="last",
+        vendor="amd",
     ),
 )
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
@@ -248,8 +288,10 @@ def _build_grid(fleet: SimulatedFleet, step_seconds: int | None = None) -> _Grid
     target_of_row = tuple(targets[g.node] for g in fleet.gpus)
     served = tuple(
         tuple(
-            (f.mig or not g.mig_profile) and (not f.prof or fleet.has_prof.get(g.uuid, False))
-            for g in fleet.gpus
+            (f.mig or not g.mig_profile)
+            and (not f.prof or fleet.has_prof.get(g.uuid, False))
+            and f.vendor == target_of_row[row].vendor
+            for row, g in enumerate(fleet.gpus)
         )
         for f in FAMILIES
     )
@@ -309,6 +351,21 @@ def _series(fleet: SimulatedFleet, present: BoolArray, step: int) -> list[_Serie
 
 def _base_labels(fleet: SimulatedFleet, row: int, target: ExporterTarget) -> tuple[tuple[str, str], ...]:
     g = fleet.gpus[row]
+    if target.vendor == "amd":  # every label, empty ones too; its workload labels are added with them
+        return (
+            ("card_model", "102-G30211-0C"),
+            ("card_series", g.product.replace("_", " ")),
+            ("deployment_mode", "baremetal"),
+            ("gpu_compute_partition_type", "spx"),
+            ("gpu_id", str(g.index)),
+            ("gpu_memory_partition_type", "nps1"),
+            ("gpu_partition_id", "0"),
+            ("hostname", target.hostname_value),
+            ("job_id", ""),
+            ("job_partition", ""),
+            ("job_user", ""),
+            ("serial_number", g.uuid),
+        )
     labels = [
         ("gpu", str(g.index)),
         ("UUID", g.uuid),
@@ -323,8 +380,11 @@ def _base_labels(fleet: SimulatedFleet, row: int, target: ExporterTarget) -> tup
 
 
 def _exporter_labels(grid: _Grid, s: _Series, xid: int | None) -> list[tuple[str, str]]:
-    """Labels in the exporter's order: fixed device labels, then its label map in Go's sorted key order."""
+    """Labels in the exporter's order: fixed device labels, then its label map in Go's sorted key order
+    (AMD's exporter: all of them in sorted order)."""
     extra = dict(zip(WORKLOAD_LABELS, s.workload, strict=True))
+    if grid.target_of_row[s.row].vendor == "amd":
+        return sorted([*grid.base_labels[s.row], *extra.items()])
     if s.vgpu:
         extra["vgpu"] = s.vgpu
     if xid is not None:
@@ -344,18 +404,19 @@ def _stored_labels(
         if layout == "servicemonitor" and name in WORKLOAD_LABELS:
             name = f"exported_{name}"  # honorLabels: false renames clashing labels
         out.append((name, value))
+    job = EXPORTER_JOB if target.vendor == "nvidia" else EXPORTER_PODS[target.vendor][0]
     if layout == "servicemonitor":
         out += [
-            ("container", EXPORTER_CONTAINER),
-            ("endpoint", EXPORTER_ENDPOINT),
+            ("container", target.container),
+            ("endpoint", EXPORTER_ENDPOINT if target.vendor == "nvidia" else "metrics"),
             ("instance", target.instance),
-            ("job", EXPORTER_JOB),
+            ("job", job),
             ("namespace", EXPORTER_NAMESPACE),
             ("pod", target.pod),
-            ("service", EXPORTER_SERVICE),
+            ("service", job),
         ]
     else:
-        out += [("instance", target.instance), ("job", EXPORTER_JOB)]
+        out += [("instance", target.instance), ("job", job)]
     return out
 
 

@@ -29,7 +29,14 @@ from gpuwatch.schema import ATTRIBUTED
 from gpuwatch.units import BYTES_PER_MIB
 
 EXPORTER_NAMESPACE = "gpu-operator"
-EXPORTER_PORT = 9400
+# Each vendor's telemetry exporter DaemonSet: its pods' name prefix, container and port (dcgm-exporter under
+# NVIDIA's GPU Operator; AMD's device-metrics-exporter under AMD's, whose DeviceConfig is named "default";
+# Intel's Gaudi metric-exporter). The demo runs all three in one namespace.
+EXPORTER_PODS: Mapping[str, tuple[str, str, int]] = {
+    "nvidia": ("nvidia-dcgm-exporter", "nvidia-dcgm-exporter", 9400),
+    "amd": ("default-metrics-exporter", "metrics-exporter-container", 5000),
+    "intel": ("metric-exporter-ds", "metric-exporter", 41611),
+}
 DRIVER_VERSION = "550.54.15"
 # Completed pods stay listed by the API server this long (then they are garbage-collected).
 COMPLETED_POD_TTL = timedelta(hours=1)
@@ -43,12 +50,17 @@ class ExporterTarget:
     node: str
     pod: str
     ip: str
-    hostname_label: str  # "Hostname" (< 4.6) or "hostname"
+    hostname_label: str  # "Hostname" (< 4.6) or "hostname"; "" for Gaudi's exporter, which names no node
     hostname_value: str  # the node name, or the exporter pod's own name (a known quirk)
+    vendor: str = "nvidia"  # whose exporter: dcgm-exporter, AMD's device-metrics-exporter, Gaudi's
+
+    @property
+    def container(self) -> str:
+        return EXPORTER_PODS[self.vendor][1]
 
     @property
     def instance(self) -> str:
-        return f"{self.ip}:{EXPORTER_PORT}"
+        return f"{self.ip}:{EXPORTER_PODS[self.vendor][2]}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,12 +180,16 @@ def _uid(seed: int, namespace: str, name: str) -> str:
 
 
 def _exporter_targets(seed: int, nodes: Sequence[Node]) -> list[ExporterTarget]:
-    """One dcgm-exporter pod per node; label layouts vary by node like a fleet mid-upgrade."""
+    """One exporter pod per node, its vendor's; dcgm-exporter's label layouts vary by node like a fleet
+    mid-upgrade. AMD's always names the node in `hostname`; Gaudi's names none."""
     out = []
     for i, node in enumerate(nodes):
-        pod = f"nvidia-dcgm-exporter-{stable_hex(seed, node.name, n=5)}"
+        vendor = node.vendor
+        pod = f"{EXPORTER_PODS[vendor][0]}-{stable_hex(seed, node.name, n=5)}"
         label = "Hostname" if i % 2 == 0 else "hostname"  # exporter 4.6 renamed it
         value = pod if i % 3 == 2 else node.name  # older exporters report their own pod name
+        if vendor != "nvidia":
+            label, value = ("hostname", node.name) if vendor == "amd" else ("", "")
         out.append(
             ExporterTarget(
                 node=node.name,
@@ -181,6 +197,7 @@ def _exporter_targets(seed: int, nodes: Sequence[Node]) -> list[ExporterTarget]:
                 ip=f"10.42.{i // 250}.{i % 250 + 2}",
                 hostname_label=label,
                 hostname_value=value,
+                vendor=vendor,
             )
         )
     return out
@@ -197,8 +214,8 @@ def _exporter_pods(window: Window, targets: Sequence[ExporterTarget]) -> list[Po
             created_at=start,
             node=t.node,
             started_at=start,
-            labels={"app": "nvidia-dcgm-exporter"},
-            container="nvidia-dcgm-exporter",
+            labels={"app": EXPORTER_PODS[t.vendor][0]},
+            container=t.container,
         )
         for t in targets
     ]

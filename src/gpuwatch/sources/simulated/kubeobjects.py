@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuwatch.model import (
-    GPU_PRODUCT_LABEL,
     Namespace,
     Node,
     NodeRequirement,
@@ -15,6 +14,7 @@ from gpuwatch.model import (
     ResourceQuota,
     Taint,
     Toleration,
+    product_label,
     utc,
 )
 from gpuwatch.sources.simulated.fleet import (
@@ -253,7 +253,7 @@ def _pod_spec(pod: Pod, *, exporter: bool, node_taints: tuple[Taint, ...]) -> Js
     if pod.placement is not None:
         spec |= _placement_spec(pod.placement)
     elif pod.node_selector_product:
-        spec["nodeSelector"] = {GPU_PRODUCT_LABEL: pod.node_selector_product}
+        spec["nodeSelector"] = {product_label(pod.node_selector_product): pod.node_selector_product}
     if pod.node:
         spec["nodeName"] = pod.node
     return spec
@@ -394,7 +394,7 @@ def scheduler_message(nodes: Sequence[Node], pod: Pod) -> str:
     if pod.placement is not None and pod.placement.scheduler_message:
         return pod.placement.scheduler_message
     placement = pod.placement or Placement(
-        node_selector={GPU_PRODUCT_LABEL: pod.node_selector_product} if pod.node_selector_product else {}
+        node_selector={product_label(p): p} if (p := pod.node_selector_product) else {}
     )
     if placement.scheduling_gates:
         return GATED_MESSAGE
@@ -436,7 +436,7 @@ def node_object(fleet: SimulatedFleet, node: Node) -> JsonObject:
     }
     labels |= dict(node.labels)
     labels.setdefault("kubernetes.io/hostname", node.name)
-    labels.setdefault(GPU_PRODUCT_LABEL, node.product)
+    labels.setdefault(product_label(node.product), node.product)
     cpus = max(8, 16 * node.gpu_count)
     memory_kib = max(64, 128 * node.gpu_count) * 1024 * 1024
     capacity = {

@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuwatch.model import (
-    GPU_PRODUCT_LABEL,
     KUEUE_QUEUE_LABEL,
+    PRODUCT_LABELS,
     RESOURCE_GPU,
     Node,
     Pod,
@@ -46,7 +46,7 @@ KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # served; the first is the preferred (s
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 DEFAULT_FLAVOR = "default-flavor"
 # The node labels a GPU flavor's nodes are told apart by (GFD's).
-_FLAVOR_LABELS = (GPU_PRODUCT_LABEL, "nvidia.com/mig.strategy", "nvidia.com/gpu.sharing-strategy")
+_FLAVOR_LABELS = (*PRODUCT_LABELS, "nvidia.com/mig.strategy", "nvidia.com/gpu.sharing-strategy")
 _POD_SET = "main"
 
 

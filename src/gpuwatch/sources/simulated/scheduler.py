@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpuwatch.model import (
+    RESOURCE_AMD_GPU,
+    RESOURCE_GAUDI,
     RESOURCE_GPU,
     RESOURCE_GPU_SHARED,
     RESOURCE_MIG_PREFIX,
@@ -37,7 +39,8 @@ class PoolSpec:
     rename_shared: bool = False  # time-slicing renameByDefault: nvidia.com/gpu.shared
     has_prof: bool = True  # DCGM_FI_PROF_* fields available
     tdp_watts: float = 700.0
-    taints: tuple[Taint, ...] = ()  # beyond nvidia.com/gpu=present:NoSchedule, which every GPU node has
+    taints: tuple[Taint, ...] = ()  # beyond nvidia.com/gpu=present:NoSchedule, which every NVIDIA node has
+    vendor: str = "nvidia"  # nvidia, amd (amd.com/gpu) or intel (habana.ai/gaudi)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,7 +112,8 @@ def _slots(nodes: Sequence[Node], gpus: Sequence[Gpu]) -> dict[str, list[_Slot]]
                 res = f"{RESOURCE_MIG_PREFIX}{g.mig_profile}"
                 slots.append(_Slot(node.name, g.uuid, g.gpu_instance_id, "", res, g.ge))
             else:
-                res = RESOURCE_GPU if node.capacity.get(RESOURCE_GPU, 0) > 0 else RESOURCE_GPU_SHARED
+                whole = (RESOURCE_GPU, RESOURCE_AMD_GPU, RESOURCE_GAUDI)
+                res = next((r for r in whole if node.capacity.get(r, 0) > 0), RESOURCE_GPU_SHARED)
                 for r in range(g.replicas):
                     rep = str(r) if g.replicas > 1 else ""
                     slots.append(_Slot(node.name, g.uuid, "", rep, res, ge_per_unit(res, g.replicas)))
@@ -224,7 +228,7 @@ def _schedule(
                 finished_at=finished,
                 labels=labels,
                 gpu_requests={resource: float(req.stream.qty)},
-                node_selector_product=node.labels["nvidia.com/gpu.product"],
+                node_selector_product=node.product,
                 container=req.stream.archetype,
             )
         )
