@@ -2,7 +2,7 @@
 and the usage tables a report, the UI and the exporter show."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -22,7 +22,7 @@ from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark
 from gpuwatch.analytics.placement import policy_taints, pool_taints, screen_pending
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings
-from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, ge_per_unit, normalize_product
+from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, cluster_of, ge_per_unit, normalize_product
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues, prices_on_grid, queue_tables, workload_inputs
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.sources.kubernetes import ClusterState
@@ -82,6 +82,7 @@ def nodes_frame(state: ClusterState) -> pd.DataFrame:
         [
             {
                 "node": n.name,
+                "cluster": cluster_of(n.name, state.cluster),
                 "pool": n.pool,
                 "vendor": n.vendor,
                 "product": n.product,
@@ -96,6 +97,7 @@ def nodes_frame(state: ClusterState) -> pd.DataFrame:
         ],
         columns=[
             "node",
+            "cluster",
             "pool",
             "vendor",
             "product",
@@ -164,6 +166,7 @@ class Analysis:
     # Per pod (or unheld part), GPU and sample: energy_joules and energy_cost_usd (window_energy());
     # None when the source reads no energy or power at all.
     energy: pd.DataFrame | None = None
+    unreachable: Mapping[str, str] = field(default_factory=dict)  # cluster -> why it was not read
 
     def tainted_nodes(self) -> pd.DataFrame:
         """pool, taint, nodes: how many of each pool's nodes carry each taint now."""
@@ -288,6 +291,7 @@ def analyze(
         ),
         rates=rates,
         energy=energy,
+        unreachable=dict(state.unreachable),
     )
 
 
@@ -453,10 +457,49 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     pools["taints"] = pd.Series([taints.get(p, "") for p in pools["pool"]], index=pools.index, dtype="str")
     pools = pools.merge(pool_vendors(analysis.nodes), on="pool", how="left")
     tables["pool"] = pools
+    tables["cluster"] = cluster_table(analysis)
     fleet_hours = ledger_gpu_hours(analysis.by_node, step_seconds=step)
     fleet_cost, _ = ledger_cost(analysis.by_node, step_seconds=step, rates=rates, by=())
     tables["fleet_ledger"] = pd.concat([fleet_hours, fleet_cost], axis=1)
     return tables
+
+
+CLUSTER_COLUMNS = (
+    "cluster",
+    "gpus",
+    "capacity_gpu_hours",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "cost_usd",
+    "waste_usd",
+    "error",
+)
+
+
+def cluster_table(analysis: Analysis) -> pd.DataFrame:
+    """Per cluster: its GPUs now, capacity GPU-hours and the dollars of the ledger (as the fleet's), the
+    GPU-hours its pods held and used; a cluster that could not be read is a row of unknowns and why."""
+    step, rates = analysis.window.step_seconds, analysis.rates
+    of_node = analysis.nodes.set_index("node")["cluster"]
+    by_node = analysis.by_node.assign(cluster=analysis.by_node["node"].map(of_node))
+    marked = analysis.marked.assign(
+        cluster=analysis.marked["node"].map(of_node).fillna(analysis.marked["node"].map(cluster_of))
+    )
+    hours = ledger_gpu_hours(by_node, step_seconds=step, by=("cluster",))
+    cost, _ = ledger_cost(by_node, step_seconds=step, rates=rates, by=("cluster",))
+    usage, _ = usage_cost(marked, step_seconds=step, rates=rates, by=("cluster",))
+    gpus = analysis.nodes.groupby("cluster", as_index=False).agg(gpus=("capacity_ge", "sum"))
+    table = (
+        gpus.merge(hours[["cluster", "capacity_gpu_hours"]], on="cluster", how="outer")
+        .merge(cost[["cluster", "cost_usd", "waste_usd"]], on="cluster", how="outer")
+        .merge(usage[["cluster", "allocated_gpu_hours", "used_gpu_hours"]], on="cluster", how="left")
+        .fillna({"gpus": 0.0, "capacity_gpu_hours": 0.0, "cost_usd": 0.0, "waste_usd": 0.0})
+        .fillna({"allocated_gpu_hours": 0.0})
+        .assign(error=None)
+    )
+    down = pd.DataFrame({"cluster": list(analysis.unreachable), "error": list(analysis.unreachable.values())})
+    table = pd.concat([table, down], ignore_index=True) if len(down) else table
+    return table.astype({"cluster": "str"}).sort_values("cluster", ignore_index=True)[list(CLUSTER_COLUMNS)]
 
 
 def analysis_queues(

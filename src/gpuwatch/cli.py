@@ -91,7 +91,9 @@ def _parser() -> argparse.ArgumentParser:
         help="window length back from the end, e.g. 7d, 30d, 12h (instead of --start)",
     )
     report.add_argument("--step", type=_step_seconds, default=60, help="sample step (default 60s)")
-    report.add_argument("--group-by", choices=("team", "namespace", "workload", "pool"), default="team")
+    report.add_argument(
+        "--group-by", choices=("team", "namespace", "workload", "pool", "cluster"), default="team"
+    )
     report.add_argument("--format", choices=("table", "json", "csv", "parquet", "html"), default="table")
     report.add_argument("--output", "-o", help="write to this file instead of standard output")
     report.add_argument(

@@ -3,8 +3,9 @@
 import itertools
 import math
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,25 @@ class PrometheusSettings:
     bearer_token_file: str | None = None
     ca_file: str | None = None
     timeout_seconds: float = 60.0
+    headers: Mapping[str, str] = field(default_factory=dict)  # sent with every query (Mimir's X-Scope-OrgID)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KubernetesSettings:
     kubeconfig: str | None = None  # None: in-cluster config
     context: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSettings:
+    """One Kubernetes cluster of the fleet: its API server, and where (and under which labels) its
+    series are. A cluster sharing the fleet's Prometheus-compatible store is told apart by
+    matchers (default: cluster="<name>", the external label each cluster's Prometheus adds)."""
+
+    name: str
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    matchers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +70,12 @@ class Settings:
     idle: IdleParams = field(default_factory=IdleParams)
     budgets: Budgets = field(default_factory=Budgets)
     views: ViewSettings = field(default_factory=ViewSettings)
+    clusters: tuple[ClusterSettings, ...] = ()  # empty: one cluster, as `kubernetes` and `prometheus` say
+
+    @property
+    def cluster_name(self) -> str:
+        """The name of the one cluster gpuwatch watches ("" when no `clusters:` list names it)."""
+        return self.clusters[0].name if len(self.clusters) == 1 else ""
 
 
 # Flat names shared by flags, environment (GPUWATCH_<NAME upper>) and the YAML file (section.key).
@@ -69,7 +89,13 @@ _FLAT_KEYS = {
 }
 
 _SCHEMA: dict[str, dict[str, str]] = {
-    "prometheus": {"url": "str", "bearer_token_file": "str", "ca_file": "str", "timeout": "duration"},
+    "prometheus": {
+        "url": "str",
+        "bearer_token_file": "str",
+        "ca_file": "str",
+        "timeout": "duration",
+        "headers": "str_map",
+    },
     "kubernetes": {"kubeconfig": "str", "context": "str"},
     "teams": {"pod_label_keys": "str_list", "namespace_label_keys": "str_list", "namespaces": "str_map"},
     "pricing": {
@@ -83,6 +109,12 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "budgets": {"monthly_usd": "usd_map", "idle_usd_per_hour": "usd_map"},
     "views": {"raw_max_gpu_samples": "count"},
 }
+# Top-level keys holding a list rather than a section of keys.
+_LISTS = {"clusters"}
+_CLUSTER_KEYS = ("kubeconfig", "context", "prometheus")
+_CLUSTER_PROMETHEUS_KEYS = ("url", "headers", "matchers", "bearer_token_file", "ca_file")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_CLUSTER_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
 
 
 def load_settings(
@@ -94,7 +126,8 @@ def load_settings(
     """Merge the three layers and validate; every problem is one ConfigError line naming the key."""
     env = os.environ if env is None else env
     config_path = config_path or env.get("GPUWATCH_CONFIG") or None
-    tree: dict[str, dict[str, Any]] = _read_yaml(config_path) if config_path else {}
+    tree: dict[str, Any] = _read_yaml(config_path) if config_path else {}
+    clusters = tree.pop("clusters", None)
     for name, (section, key) in _FLAT_KEYS.items():
         for value in (env.get(f"GPUWATCH_{name.upper()}"), (flags or {}).get(name)):
             if value:
@@ -104,10 +137,59 @@ def load_settings(
         for section, keys in _SCHEMA.items()
         for key, kind in keys.items()
     }
-    return _build(values)
+    settings = _build(values)
+    return replace(settings, clusters=_clusters(clusters, settings)) if clusters is not None else settings
 
 
-def _read_yaml(path: str) -> dict[str, dict[str, Any]]:
+def _clusters(value: Any, settings: Settings) -> tuple[ClusterSettings, ...]:
+    """clusters: [{name, kubeconfig, context, prometheus: {url, headers, matchers}}], every key but name
+    optional. A cluster inherits the top-level kubernetes and prometheus settings it does not override;
+    one on the fleet's own Prometheus URL is selected there by matchers, cluster="<name>" by default."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError("config: clusters must list at least one {name, kubeconfig, context, prometheus}")
+    out: list[ClusterSettings] = []
+    for k, item in enumerate(value):
+        where = f"clusters[{k}]"
+        entry = _fields(where, item, ("name",), _CLUSTER_KEYS)
+        name = entry["name"]
+        if not isinstance(name, str) or not _CLUSTER_NAME.match(name):
+            raise ConfigError(
+                f"config: {where}.name must be a cluster name (a-z, 0-9, '-', '.', '_'), got {name!r}"
+            )
+        if any(c.name == name for c in out):
+            raise ConfigError(f"config: clusters: {name!r} is listed twice")
+        kubernetes = KubernetesSettings(
+            kubeconfig=_check(f"{where}.kubeconfig", "str", entry.get("kubeconfig"))
+            or settings.kubernetes.kubeconfig,
+            context=_check(f"{where}.context", "str", entry.get("context")),
+        )
+        prom = _fields(f"{where}.prometheus", entry.get("prometheus") or {}, (), _CLUSTER_PROMETHEUS_KEYS)
+        own_url = _check(f"{where}.prometheus.url", "str", prom.get("url"))
+        matchers = _check(f"{where}.prometheus.matchers", "str_map", prom.get("matchers"))
+        if matchers is None:
+            matchers = {} if own_url else {"cluster": name}
+        for label in matchers:
+            if not _LABEL_NAME.match(label):
+                raise ConfigError(f"config: {where}.prometheus.matchers: {label!r} is not a label name")
+        headers = _check(f"{where}.prometheus.headers", "str_map", prom.get("headers"))
+        prometheus = replace(
+            settings.prometheus,
+            url=own_url or settings.prometheus.url,
+            headers=settings.prometheus.headers if headers is None else headers,
+            bearer_token_file=_check(
+                f"{where}.prometheus.bearer_token_file", "str", prom.get("bearer_token_file")
+            )
+            or settings.prometheus.bearer_token_file,
+            ca_file=_check(f"{where}.prometheus.ca_file", "str", prom.get("ca_file"))
+            or settings.prometheus.ca_file,
+        )
+        out.append(
+            ClusterSettings(name=name, kubernetes=kubernetes, prometheus=prometheus, matchers=matchers)
+        )
+    return tuple(out)
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
     except OSError as e:
@@ -121,8 +203,11 @@ def _read_yaml(path: str) -> dict[str, dict[str, Any]]:
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {path}: top level must be a mapping")
     for section, body in raw.items():
+        if section in _LISTS:
+            continue
         if section not in _SCHEMA:
-            raise ConfigError(f"config: unknown key {section!r} (expected one of {', '.join(_SCHEMA)})")
+            known = ", ".join([*_SCHEMA, *_LISTS])
+            raise ConfigError(f"config: unknown key {section!r} (expected one of {known})")
         if body is None:
             raw[section] = {}
             continue
@@ -321,6 +406,7 @@ def _build(v: Mapping[str, Any]) -> Settings:
             bearer_token_file=v["prometheus.bearer_token_file"],
             ca_file=v["prometheus.ca_file"],
             timeout_seconds=pick("prometheus.timeout", 60.0),
+            headers=pick("prometheus.headers", {}),
         ),
         kubernetes=KubernetesSettings(kubeconfig=v["kubernetes.kubeconfig"], context=v["kubernetes.context"]),
         teams=TeamRules(

@@ -140,6 +140,17 @@ def ge_per_unit(resource: str, replicas: int = 1) -> float:
     raise DataError(f"not a GPU resource: {resource!r}")
 
 
+def qualified(cluster: str, name: str) -> str:
+    """A node's or pod's name in a fleet of several clusters: "eu-1/gpu-h100-000" (Kubernetes names hold
+    no "/", so the cluster is always the part before it)."""
+    return f"{cluster}/{name}" if cluster and name else name
+
+
+def cluster_of(name: str, default: str = "") -> str:
+    """The cluster a qualified() name belongs to; `default` for a name of the one cluster gpuwatch watches."""
+    return name.partition("/")[0] if "/" in name else default
+
+
 def utc(dt: datetime) -> datetime:
     """The same instant as a tz-aware UTC datetime (naive input is taken as UTC)."""
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)

@@ -20,7 +20,13 @@ from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_tables, wo
 
 Report = dict[str, Any]
 FORMATS = ("table", "json", "csv", "parquet", "html")
-GROUPS = {"team": "teams", "namespace": "namespaces", "workload": "workloads", "pool": "pools"}
+GROUPS = {
+    "team": "teams",
+    "namespace": "namespaces",
+    "workload": "workloads",
+    "pool": "pools",
+    "cluster": "clusters",
+}
 # 2: the allocated_unknown ledger state, unknown_gpu_hours per group, pool prices and health events
 # (additions: every version-1 field keeps its name; allocated_active no longer counts unknown hours).
 # 3: teams' budget_usd and forecast_month_usd, teams' and workloads' held and abandoned idle GPU-hours
@@ -241,6 +247,16 @@ _COLUMNS = {
         "monthly_savings_usd",
         "recommendation_reason",
     ],
+    "cluster": [
+        "cluster",
+        "gpus",
+        "capacity_gpu_hours",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "cost_usd",
+        "waste_usd",
+        "error",
+    ],
     "pool": [
         "pool",
         "vendor",
@@ -258,9 +274,9 @@ _COLUMNS = {
 }
 
 
-_TEXT_COLUMNS = frozenset({"namespace", "pod", "team", "pool", "vendor", "node", "taints", "idle_since"}) | {
-    f"recommendation_{k}" for k in ("kind", "target", "reason")
-}
+_TEXT_COLUMNS = frozenset(
+    {"cluster", "namespace", "pod", "team", "pool", "vendor", "node", "taints", "idle_since", "error"}
+) | {f"recommendation_{k}" for k in ("kind", "target", "reason")}
 
 
 def _fmt(value: Any, kind: str = "") -> str:
@@ -651,6 +667,19 @@ def report_from_tables(
                 for k in (*ENERGY, "unallocated_energy_kwh")
             },
         },
+        "clusters": _cluster_rows(tables.get("cluster"))
+        or [
+            {
+                "cluster": settings.cluster_name,
+                "gpus": gpus,
+                "capacity_gpu_hours": capacity,
+                "allocated_gpu_hours": allocated,
+                "used_gpu_hours": used,
+                "cost_usd": float(ledger_row["cost_usd"]),
+                "waste_usd": float(ledger_row["waste_usd"]),
+                "error": None,
+            }
+        ],
         "teams": [
             {
                 **row,
@@ -830,6 +859,23 @@ def workload_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
         columns["recommendation"] = recommendations(ordered)
     names = list(columns)
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def _cluster_rows(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """One row per cluster (a cluster not read: its numbers null, and why); [] where the path kept no
+    cluster table (the recorded path: one cluster, the fleet)."""
+    if frame is None:
+        return []
+    return [
+        {
+            "cluster": str(r["cluster"]),
+            "gpus": None if r["error"] else round(float(r["gpus"])),
+            **{k: _num(r[k]) for k in ("capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours")},
+            **{k: _num(r[k]) for k in ("cost_usd", "waste_usd")},
+            "error": r["error"] or None,
+        }
+        for r in frame.to_dict("records")
+    ]
 
 
 def _usage_rows(

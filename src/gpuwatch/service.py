@@ -4,19 +4,21 @@ cache per window."""
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from gpuwatch.analysis import Analysis, analysis_queues, analyze
-from gpuwatch.config import Settings, load_settings
+from gpuwatch.config import ClusterSettings, Settings, load_settings
 from gpuwatch.errors import ConfigError, KubernetesError
-from gpuwatch.model import KueueState, TeamRules, Window
+from gpuwatch.model import KueueState, TeamRules, Window, cluster_of, qualified
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_setup
+from gpuwatch.sources import promql
 from gpuwatch.sources.clustercache import ClusterCache, KueueCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
@@ -99,33 +101,42 @@ class LiveSources:
         self,
         settings: Settings,
         *,
+        cluster: ClusterSettings | None = None,
         clock: Callable[[], datetime] | None = None,
         watch_cluster: bool = False,
         field_seconds: float | None = None,
     ) -> None:
-        """field_seconds: read the framebuffer, energy and power only over a window's last this many
-        seconds (the exporter publishes its last sample alone: reading them over its whole idle window
-        would cost three more fields at every GPU-sample); None: over the whole window."""
+        """cluster: one cluster of the `clusters:` list (its API server, its store, the matchers that select
+        its series there); None: the cluster the top-level settings name. field_seconds: read the
+        framebuffer, energy and power only over a window's last this many seconds (the exporter publishes
+        its last sample alone: reading them over its whole idle window would cost three more fields at
+        every GPU-sample); None: over the whole window."""
         self.field_seconds = field_seconds
-        self.prometheus = PrometheusSource.from_settings(settings.prometheus)
-        self.kubernetes = KubernetesSource(
-            kubeconfig=settings.kubernetes.kubeconfig, context=settings.kubernetes.context
+        self.name = cluster.name if cluster is not None else settings.cluster_name
+        prometheus, kubernetes = (
+            (cluster.prometheus, cluster.kubernetes)
+            if cluster
+            else (settings.prometheus, settings.kubernetes)
         )
+        self.matchers = [
+            promql.equals(k, v) for k, v in sorted((cluster.matchers if cluster else {}).items())
+        ]
+        self.prometheus = PrometheusSource.from_settings(prometheus)
+        self.kubernetes = KubernetesSource(kubeconfig=kubernetes.kubeconfig, context=kubernetes.context)
         # Long-running processes (export, serve) follow the cluster by watches: no list per cycle.
         self.cluster = ClusterCache(self.kubernetes) if watch_cluster else None
         self.kueue = KueueCache(self.kubernetes) if watch_cluster else None
         self._clock = clock or (lambda: datetime.now(UTC))
 
     def cluster_state(self) -> ClusterState:
-        if self.cluster is not None:
-            return self.cluster.cluster_state()
-        return self.kubernetes.cluster_state()
+        state = self.cluster.cluster_state() if self.cluster is not None else self.kubernetes.cluster_state()
+        return replace(state, cluster=self.name)
 
     def node_state(self, *, namespaces: bool = False) -> ClusterState:
         """The nodes, and the namespaces when asked (from the watches, or listed alone: no pod is listed)."""
         if self.cluster is not None:
-            return self.cluster.cluster_state()
-        return self.kubernetes.node_state(namespaces=namespaces)
+            return replace(self.cluster.cluster_state(), cluster=self.name)
+        return replace(self.kubernetes.node_state(namespaces=namespaces), cluster=self.name)
 
     def kueue_state(self) -> KueueState:
         if self.kueue is not None:
@@ -141,12 +152,13 @@ class LiveSources:
         recent = (
             0 if whole else window.n_samples - math.ceil(float(self.field_seconds or 0) / window.step_seconds)
         )
+        read = partial(self.prometheus.gpu_samples, exporters=exporters, matchers=self.matchers)
         if recent <= 0:
-            samples = self.prometheus.gpu_samples(window, exporters=exporters, fields=fields)
+            samples = read(window, fields=fields)
         else:
-            samples = self.prometheus.gpu_samples(window, exporters=exporters)
+            samples = read(window)
             tail = replace(window, start=window.sample_time(recent))
-            extra = self.prometheus.gpu_samples(tail, exporters=exporters, fields=fields)
+            extra = read(tail, fields=fields)
             units = ["timestamp", "uuid", "gpu_instance_id"]
             columns = [f.column for f in fields if f.column in extra]
             extra = extra.drop_duplicates(units)[[*units, *columns]].astype(dict.fromkeys(units[1:], "str"))
@@ -157,7 +169,7 @@ class LiveSources:
         return samples.assign(**{f.column: np.nan for f in fields if f.column not in samples})
 
     def allocation_history(self, window: Window) -> pd.DataFrame | None:
-        return allocation_history(self.prometheus, window)
+        return allocation_history(self.prometheus, window, self.matchers)
 
     def take_warnings(self) -> list[str]:
         return self.prometheus.take_warnings()
@@ -169,7 +181,155 @@ class LiveSources:
         return None  # Prometheus' retention decides; coverage says what is missing
 
     def recorded(self) -> PrometheusSource | None:
-        return self.prometheus
+        # The history path reads the store's gpuwatch_* series whole: a cluster told apart from others in
+        # a shared store by matchers is recomputed from its own series instead.
+        return None if self.matchers else self.prometheus
+
+
+class MultiClusterSources:
+    """Several clusters as one fleet, behind the same interface: each cluster is read from its own API
+    server and its own series (its LiveSources), and its nodes and pods join the fleet under qualified
+    names ("eu-1/gpu-h100-000"). A cluster whose API server cannot be read is named in the state's
+    `unreachable`, with a warning, and left out; the others answer as before."""
+
+    def __init__(self, members: Mapping[str, FleetSources]) -> None:
+        if len(members) < 2:
+            raise ConfigError("a fleet of several clusters needs at least two")
+        self.members = dict(members)
+
+    def cluster_state(self) -> ClusterState:
+        return self._merged(lambda m: m.cluster_state())
+
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
+        return self._merged(lambda m: m.node_state(namespaces=namespaces))
+
+    def kueue_state(self) -> KueueState:
+        return KueueState()  # Kueue's queues are read in a fleet of one cluster only (see docs/metrics.md)
+
+    def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
+        parts = [
+            _qualified_rows(member.gpu_samples(window, member_state(state, name)), name)
+            for name, member in self.members.items()
+            if name not in state.unreachable
+        ]
+        return _concat_rows(parts)
+
+    def allocation_history(self, window: Window) -> pd.DataFrame | None:
+        parts = [
+            _qualified_rows(history, name)
+            for name, member in self.members.items()
+            if (history := member.allocation_history(window)) is not None
+        ]
+        return _concat_rows(parts) if parts else None
+
+    def take_warnings(self) -> list[str]:
+        return [f"cluster {name}: {w}" for name, m in self.members.items() for w in m.take_warnings()]
+
+    def now(self) -> datetime:
+        return next(iter(self.members.values())).now()
+
+    def history_start(self) -> datetime | None:
+        return None
+
+    def recorded(self) -> PrometheusSource | None:
+        return None  # gpuwatch_* history is read per cluster: the fleet is recomputed from its DCGM series
+
+    def _merged(self, read: Callable[[FleetSources], ClusterState]) -> ClusterState:
+        states: dict[str, ClusterState] = {}
+        unreachable: dict[str, str] = {}
+        for name, member in self.members.items():
+            try:
+                states[name] = read(member)
+            except KubernetesError as e:
+                unreachable[name] = str(e)
+        return merge_states(states, unreachable)
+
+
+def merge_states(states: Mapping[str, ClusterState], unreachable: Mapping[str, str]) -> ClusterState:
+    """The clusters' states as one, their nodes, pods and exporter pods under qualified names."""
+    namespaces = {n.name: n for s in states.values() for n in s.namespaces}
+    return ClusterState(
+        nodes=tuple(replace(n, name=qualified(c, n.name)) for c, s in states.items() for n in s.nodes),
+        pods=tuple(
+            replace(p, name=qualified(c, p.name), node=qualified(c, p.node or "") or None)
+            for c, s in states.items()
+            for p in s.pods
+        ),
+        namespaces=tuple(namespaces.values()),
+        quotas=tuple(q for s in states.values() for q in s.quotas),
+        exporter_pod_nodes={
+            qualified(c, pod): qualified(c, node)
+            for c, s in states.items()
+            for pod, node in s.exporter_pod_nodes.items()
+        },
+        exporter_ip_nodes={
+            qualified(c, ip): qualified(c, node)
+            for c, s in states.items()
+            for ip, node in s.exporter_ip_nodes.items()
+        },
+        warnings=(
+            *(f"cluster {c}: {w}" for c, s in states.items() for w in s.warnings),
+            *(
+                f"cluster {c}: not read ({why}); its GPUs are left out of this view"
+                for c, why in unreachable.items()
+            ),
+        ),
+        skipped=sum(s.skipped for s in states.values()),
+        list_restarts=sum(s.list_restarts for s in states.values()),
+        unreachable=dict(unreachable),
+    )
+
+
+def member_state(state: ClusterState, cluster: str) -> ClusterState:
+    """One cluster's part of a merged state, under its own names again (what its sources know)."""
+
+    def own(mapping: Mapping[str, str]) -> dict[str, str]:
+        prefix = f"{cluster}/"
+        return {
+            k.removeprefix(prefix): v.removeprefix(prefix) for k, v in mapping.items() if k.startswith(prefix)
+        }
+
+    return replace(
+        state,
+        nodes=tuple(
+            replace(n, name=n.name.partition("/")[2]) for n in state.nodes if cluster_of(n.name) == cluster
+        ),
+        pods=tuple(
+            replace(p, name=p.name.partition("/")[2], node=(p.node or "").partition("/")[2] or None)
+            for p in state.pods
+            if cluster_of(p.name) == cluster
+        ),
+        exporter_pod_nodes=own(state.exporter_pod_nodes),
+        exporter_ip_nodes=own(state.exporter_ip_nodes),
+        cluster=cluster,
+        unreachable={},
+    )
+
+
+def _qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
+    """A cluster's sample or allocation rows with their node and pod names qualified by the cluster."""
+    out = frame.copy()
+    for column in ("node", "pod"):
+        if column not in out:
+            continue
+        values = out[column]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            out[column] = values.cat.rename_categories(
+                [qualified(cluster, str(c)) for c in values.cat.categories]
+            )
+        else:
+            out[column] = [qualified(cluster, str(v)) for v in values]
+    return out
+
+
+def _concat_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Rows of several clusters as one frame; categorical name columns stay categoricals of strings."""
+    frame = pd.concat(parts, ignore_index=True)
+    for column in parts[0].columns:
+        if isinstance(parts[0][column].dtype, pd.CategoricalDtype):
+            values = frame[column].astype("str")
+            frame[column] = values.astype(pd.CategoricalDtype(pd.Index(sorted(set(values)), dtype="str")))
+    return frame
 
 
 class SimulatedSources:
@@ -251,11 +411,23 @@ class FleetService:
     ) -> "FleetService":
         """The fleet Prometheus and the API server describe; `watch_cluster` for long-running processes
         (the cluster kept by watches instead of listed per call); field_seconds as LiveSources'."""
-        if not settings.prometheus.url:
-            raise ConfigError(
-                "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
+        clusters = settings.clusters or (None,)
+        for cluster in clusters:
+            if not (cluster.prometheus if cluster else settings.prometheus).url:
+                where = f" for cluster {cluster.name}" if cluster else ""
+                raise ConfigError(
+                    f"no Prometheus URL{where}: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL "
+                    "or the config"
+                )
+        members = {
+            c.name if c else "": LiveSources(
+                settings, cluster=c, watch_cluster=watch_cluster, field_seconds=field_seconds
             )
-        sources = LiveSources(settings, watch_cluster=watch_cluster, field_seconds=field_seconds)
+            for c in clusters
+        }
+        sources: FleetSources = (
+            next(iter(members.values())) if len(members) == 1 else MultiClusterSources(members)
+        )
         return cls(settings=settings, sources=sources)
 
     def now(self) -> datetime:

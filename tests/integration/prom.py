@@ -21,7 +21,7 @@ import requests
 from gpuwatch.backfill import write_fleet_backfill
 from gpuwatch.config import Settings
 from gpuwatch.sources.simulated import SimulatedFleet
-from gpuwatch.sources.simulated.exposition import write_backfill
+from gpuwatch.sources.simulated.exposition import with_counterparts, write_backfill
 
 # The DCGM fields the raw path reads: utilization, and what held/abandoned idle and energy come from.
 RAW_PATH_METRICS = (
@@ -73,8 +73,10 @@ def write_backfill_file(
     """(a) The fleet's OpenMetrics backfill at `path`, with how many samples, bytes and seconds it took.
 
     gpuwatch_series appends gpuwatch's own history (at the fleet's step, computed with `settings`, the
-    demo's by default) after the DCGM families.
+    demo's by default) after the DCGM families. `metrics` names DCGM families: each brings its
+    counterparts from the other vendors' exporters, for the fleet's other GPUs (AMD's MI300X pool).
     """
+    metrics = None if metrics is None else with_counterparts(metrics)
     began = time.perf_counter()
     with path.open("w", encoding="utf-8") as out:
         if gpuwatch_series:

@@ -109,7 +109,7 @@ def test_the_30_day_window_invents_no_unallocated_days(reports: dict[str, dict[s
     # A fleet that existed the whole month is about as free over the month as over its last week
     # (counting the days before a 7-day history as unallocated made it 70 % unallocated).
     assert abs(unallocated_share(month) - unallocated_share(week)) < 0.1
-    assert month["fleet"]["capacity_gpu_hours"] == pytest.approx(80 * 24 * 30)
+    assert month["fleet"]["capacity_gpu_hours"] == pytest.approx(96 * 24 * 30)
     assert not any(w.startswith("telemetry covers only") for w in month["coverage"]["warnings"])
 
 

@@ -116,7 +116,7 @@ def test_fleet_ledger_per_state_agrees(raw: Report, history: Report) -> None:
         "stranded_cost_usd",
     ):
         assert history["fleet"][key] == pytest.approx(raw["fleet"][key], rel=REL), key
-    assert history["fleet"]["gpus"] == raw["fleet"]["gpus"] == 80
+    assert history["fleet"]["gpus"] == raw["fleet"]["gpus"] == 96
     assert raw["fleet"]["ledger_gpu_hours"]["allocated_idle"] > 0  # the comparison covers every state
     assert raw["fleet"]["ledger_gpu_hours"]["stranded"] > 0
 
@@ -400,8 +400,8 @@ def test_cli_auto_reads_history_when_the_window_holds_many_gpu_samples(
     prom: BackfilledPrometheus, kubeconfig: str, fleet: SimulatedFleet, history: Report
 ) -> None:
     # Three days ending with the simulated one: the two days before it have no gpuwatch_* samples. No
-    # config: history prices with what the exporter published and needs no team map. 80 GPUs × 4320
-    # samples = 345,600 GPU-samples: over a limit of 300,000, under the default 1,000,000.
+    # config: history prices with what the exporter published and needs no team map. 96 GPUs × 4320
+    # samples = 414,720 GPU-samples: over a limit of 300,000, under the default 1,000,000.
     start = (fleet.window.end - timedelta(days=3)).isoformat()
     end = fleet.window.end.isoformat()
     low = {"GPUWATCH_RAW_MAX_GPU_SAMPLES": "300000"}

@@ -239,7 +239,11 @@ def test_unsupported_field_selector_is_a_400_status(server: KubeApiServer, core:
 
 def test_label_selectors(fleet: SimulatedFleet, core: client.CoreV1Api) -> None:
     exporters = core.list_pod_for_all_namespaces(label_selector="app=nvidia-dcgm-exporter").items
-    assert sorted(p.metadata.name for p in exporters) == sorted(t.pod for t in fleet.targets)
+    assert sorted(p.metadata.name for p in exporters) == sorted(
+        t.pod for t in fleet.targets if t.vendor == "nvidia"
+    )
+    amd = core.list_pod_for_all_namespaces(label_selector="app=default-metrics-exporter").items
+    assert sorted(p.metadata.name for p in amd) == sorted(t.pod for t in fleet.targets if t.vendor == "amd")
 
     teams = core.list_pod_for_all_namespaces(label_selector="team in (search,ads)").items
     assert keys(teams) == fleet_pod_keys(fleet, lambda p: p.labels.get("team") in {"search", "ads"})

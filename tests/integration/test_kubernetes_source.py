@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.errors import ConfigError, KubernetesError
+from gpuwatch.model import is_gpu_resource
 from gpuwatch.sources.kubernetes import KubernetesSource
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
@@ -177,9 +178,9 @@ def test_pods_without_gpus_are_listed_and_passed_over(fleet: SimulatedFleet, tmp
         state = KubernetesSource(kubeconfig=str(path), page_size=250).cluster_state()
     assert len(listed) == len(fleet.api_pods()) + 700
     gpu_asks = sum(
-        1 for p in listed if any("nvidia.com" in r for c in p.spec.containers for r in c.resources.requests)
+        1 for p in listed if any(is_gpu_resource(r) for c in p.spec.containers for r in c.resources.requests)
     )
-    assert len(listed) - gpu_asks == 700 + len(fleet.targets)  # and the dcgm-exporter pods
+    assert len(listed) - gpu_asks == 700 + len(fleet.targets)  # and the telemetry exporters' pods
     expected = {p.key for p in fleet.api_pods() if p.gpu_requests and p.phase in ("Running", "Pending")}
     assert {p.key for p in state.gpu_pods()} == expected
     assert {p.namespace for p in state.pods} & {

@@ -77,7 +77,7 @@ def test_the_official_client_pages_through_every_kueue_collection(
 ) -> None:
     counts = {plural: len(items) for plural, items in expected.items()}
     assert counts == {
-        "resourceflavors": 6,
+        "resourceflavors": 7,
         "cohorts": 2,
         "clusterqueues": 8,
         "localqueues": 8,
@@ -104,7 +104,7 @@ def test_the_official_client_pages_through_every_kueue_collection(
         assert len(requests) == -(-len(objects) // 3)
         assert sum("continue=" in t for t, _ in requests) == len(requests) - 1
         pages[plural] = len(requests)
-    assert pages == {"resourceflavors": 2, "cohorts": 1, "clusterqueues": 3, "localqueues": 3, "workloads": 9}
+    assert pages == {"resourceflavors": 3, "cohorts": 1, "clusterqueues": 3, "localqueues": 3, "workloads": 9}
 
 
 def test_namespaced_lists_gets_and_v1beta1(
@@ -295,7 +295,7 @@ def test_kubectl_gets_workloads_and_local_queues(
     assert sum(r["RESERVED IN"] == "search" and r["ADMITTED"] == "True" for r in workloads) == 3
     (flavors,) = tables(kubectl(KUBECTLS[version], kubectl_config, "get", "resourceflavors"))
     assert list(flavors[0]) == ["NAME", "AGE"]
-    assert [r["NAME"] for r in flavors] == ["a100", "a100-mig", "default-flavor", "h100", "l4", "t4"]
+    assert [r["NAME"] for r in flavors] == ["a100", "a100-mig", "default-flavor", "h100", "l4", "mi300x", "t4"]
     assert {r["AGE"] for r in flavors} == {"61d"}
     (resources,) = tables(kubectl(KUBECTLS[version], kubectl_config, "api-resources", "--api-group", GROUP))
     assert sorted(r["NAME"] for r in resources) == [

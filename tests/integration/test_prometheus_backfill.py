@@ -19,8 +19,9 @@ from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
 pytestmark = pytest.mark.integration
 
 
-def holders(fleet: SimulatedFleet) -> pd.DataFrame:
-    """Served telemetry rows, one per holder of the unit at t_i (pod "" when nobody held it)."""
+def holders(fleet: SimulatedFleet, vendor: str = "nvidia") -> pd.DataFrame:
+    """Served telemetry rows of one vendor's GPUs (dcgm-exporter's: NVIDIA), one per holder of the unit
+    at t_i (pod "" when nobody held it)."""
     times = fleet.sample_times()
     parts = [
         pd.DataFrame(
@@ -39,7 +40,8 @@ def holders(fleet: SimulatedFleet) -> pd.DataFrame:
     ]
     held = pd.concat(parts, ignore_index=True)
     merged = fleet.telemetry().merge(held, on=["timestamp", "uuid", "gpu_instance_id"], how="left")
-    return merged.fillna({"namespace": "", "pod": "", "replica": ""})
+    merged = merged[merged["node"].isin({n.name for n in fleet.nodes if n.vendor == vendor})]
+    return merged.fillna({"namespace": "", "pod": "", "replica": ""}).reset_index(drop=True)
 
 
 def sample_range(prom: BackfilledPrometheus, expr: str) -> dict[pd.Timestamp, list[float]]:
@@ -143,6 +145,32 @@ def test_fb_used_is_mib_of_the_simulated_bytes(demo_prometheus: BackfilledPromet
         assert max(len(v) for v in got.values()) == n_copies
 
 
+def test_amd_gpus_read_back_under_their_exporters_names_and_labels(
+    demo_prometheus: BackfilledPrometheus,
+) -> None:
+    """The MI300X pool is stored as AMD's device-metrics-exporter serves it: gpu_gfx_activity in percent,
+    gpu_used_vram in MB (MiB), the GPU known by serial_number, its pod as exported_pod."""
+    fleet = demo_prometheus.fleet
+    tel = fleet.telemetry()
+    held = holders(fleet, "amd")
+    pods = held[held["pod"] != ""].groupby("uuid")["pod"].nunique()
+    serial = str(pods.idxmax())
+    got = sample_range(demo_prometheus, f'avg_over_time(gpu_gfx_activity{{serial_number="{serial}"}}[$step])')
+    want = _unit(tel, serial, "", "util_ratio")
+    assert set(got) == set(want.index) and len(got) == 1440
+    assert all(np.abs(np.array(v) / 100.0 - want[t]) <= np.spacing(want[t]) for t, v in got.items())
+    fb = sample_range(demo_prometheus, f'avg_over_time(gpu_used_vram{{serial_number="{serial}"}}[$step])')
+    assert {t: v for t, v in fb.items()} == {
+        t: [b / 2**20] for t, b in _unit(tel, serial, "", "fb_used_bytes").items()
+    }
+    series = demo_prometheus.series(f'gpu_gfx_activity{{serial_number="{serial}"}}')
+    assert {s.get("exported_pod", "") for s in series} == set(held.loc[held["uuid"] == serial, "pod"])
+    assert {s["container"] for s in series} == {"metrics-exporter-container"}  # the exporter's own
+    assert {s["hostname"] for s in series} == {g.node for g in fleet.gpus if g.uuid == serial}
+    # AMD's GPUs have no DCGM series at all.
+    assert not demo_prometheus.query(f'count(DCGM_FI_DEV_FB_USED{{UUID="{serial}"}})', fleet.now)
+
+
 def test_series_and_sample_counts_match_the_fleet(demo_prometheus: BackfilledPrometheus) -> None:
     fleet = demo_prometheus.fleet
     held = holders(fleet)
@@ -160,7 +188,9 @@ def test_series_and_sample_counts_match_the_fleet(demo_prometheus: BackfilledPro
     assert sum(int(r["value"][1]) for r in got) == len(now)
     down = {tg.instance for tg in fleet.targets if not fleet.node(tg.node).ready or tg.node == "gpu-l4-001"}
     assert len(down) == 2
-    assert {r["metric"]["instance"] for r in got} == {tg.instance for tg in fleet.targets} - down
+    assert {r["metric"]["instance"] for r in got} == {
+        tg.instance for tg in fleet.targets if tg.vendor == "nvidia"
+    } - down
     # GR_ENGINE_ACTIVE only where the GPU reports PROF fields (not the T4s).
     got = sample_query(demo_prometheus, "count(avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[$step]))", t)
     assert int(got[0]["value"][1]) == int(now["uuid"].map(fleet.has_prof).sum()) < len(now)

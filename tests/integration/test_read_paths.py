@@ -75,7 +75,7 @@ def recorded(fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str)
 
 
 def test_the_path_follows_the_windows_gpu_samples(raw: FleetView, recorded: FleetView) -> None:
-    # 80 GPUs × 1440 samples = 115,200 GPU-samples: raw under a limit above that, history under 0.
+    # 96 GPUs × 1440 samples = 138,240 GPU-samples: raw under a limit above that, history under 0.
     assert isinstance(raw, RawView) and isinstance(recorded, RecordedView)
     assert raw.read_path.describe() == "recomputed from DCGM samples, 1 min resolution"
     assert recorded.read_path.describe() == "from recorded history, 3 min resolution"  # 1440 / 480 samples
@@ -176,7 +176,7 @@ def test_history_missing_for_part_of_the_window_is_said_and_never_unallocated(
     view = open_view(_service(prom, kubeconfig, 0), longer, computed_at=NOW)
     assert isinstance(view, RecordedView)
     report = view.report
-    assert report["fleet"]["capacity_gpu_hours"] == pytest.approx(80 * 24, rel=1e-6)  # the day, not 36 h
+    assert report["fleet"]["capacity_gpu_hours"] == pytest.approx(96 * 24, rel=1e-6)  # the day, not 36 h
     warnings = report["coverage"]["warnings"]
     assert any(
         w.startswith("no gpuwatch_* samples from 2026-11-18T12:00:00Z to 2026-11-19T00:00:00Z")
@@ -187,7 +187,7 @@ def test_history_missing_for_part_of_the_window_is_said_and_never_unallocated(
     assert len(before) > 0 and before[STATE_COLUMNS].isna().all().all()  # drawn as a gap, not as zeros
     after = timeline[timeline["timestamp"] >= pd.Timestamp(day.start)]
     assert after[STATE_COLUMNS].notna().all().all()
-    assert after[STATE_COLUMNS].sum(axis=1).to_numpy() == pytest.approx(80.0)
+    assert after[STATE_COLUMNS].sum(axis=1).to_numpy() == pytest.approx(96.0)
 
 
 def test_a_costly_window_without_any_history_shows_the_gap_not_a_raw_recompute(

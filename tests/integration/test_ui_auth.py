@@ -53,7 +53,7 @@ def test_basic_auth_guards_every_route(tmp_path: Path, caplog: pytest.LogCapture
             page.goto(url + "/")
             page.wait_for_selector("#kpi-gpus", timeout=120_000)
             settle(page)
-            assert page.inner_text("#kpi-gpus") == "80"
+            assert page.inner_text("#kpi-gpus") == "96"
             assert errors == []
     assert "s3cret" not in caplog.text and "hunter2" not in caplog.text
 

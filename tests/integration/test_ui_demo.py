@@ -96,7 +96,7 @@ def test_every_page_loads_without_errors(demo: Demo, page: tuple[Page, list[str]
     p.wait_for_selector("#kpi-gpus", timeout=60_000)
     settle(p)
     fleet = demo.report(1)["fleet"]
-    assert p.inner_text("#kpi-gpus") == "80"
+    assert p.inner_text("#kpi-gpus") == "96"
     assert p.inner_text("#kpi-waste") == usd(fleet["waste_usd"])
     assert p.inner_text("#kpi-cost") == usd(fleet["cost_usd"])
     assert p.inner_text("#kpi-efficiency") == pct(fleet["efficiency"])

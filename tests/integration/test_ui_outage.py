@@ -108,7 +108,7 @@ def test_a_failing_source_shows_the_stale_banner_and_the_pages_keep_working() ->
             page.wait_for_selector(".gw-banner", timeout=60_000)
             settle(page)
             assert "Data source failing" in page.inner_text(".gw-banner")
-        assert page.inner_text("#kpi-gpus") == "80"
+        assert page.inner_text("#kpi-gpus") == "96"
         screenshot(page, "ui-outage-overview")
         # Filters still work on the data at hand.
         page.goto(url + "/teams?window=7d&team=vision")

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuwatch.errors import KubernetesError, PrometheusError, SourceError
+from gpuwatch.errors import ConfigError, KubernetesError, PrometheusError, SourceError
 from gpuwatch.series import Family, published_series
 from gpuwatch.service import FleetService
 
@@ -108,48 +108,62 @@ class ExportLoop:
 
 
 class GpuwatchCollector(Collector):
-    """Renders the last cycle's series as new gauge families on every scrape (no stale label sets)."""
+    """Renders the last cycle's series as new gauge families on every scrape (no stale label sets).
 
-    def __init__(self, loop: ExportLoop) -> None:
+    cluster: the name of the cluster the exporter watches, stamped as a `cluster` label on every series
+    (none when "": one cluster and no `clusters:` list), so a store shared by several clusters keeps
+    each cluster's series apart."""
+
+    def __init__(self, loop: ExportLoop, *, cluster: str = "") -> None:
         self.loop = loop
+        self.stamp = ["cluster"] if cluster else []
+        self.stamped = [cluster] if cluster else []
+
+    def _gauge(self, name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, help_text, labels=[*labels, *self.stamp])
 
     def collect(self) -> Iterator[Metric]:
         result = self.loop.result
+        stamped = self.stamped
         for family in result.families:
-            gauge = GaugeMetricFamily(family.name, family.help, labels=list(family.labels))
+            gauge = self._gauge(family.name, family.help, list(family.labels))
             labels = family.samples[list(family.labels)].astype("str").to_numpy().tolist()
             for values, value in zip(labels, family.samples["value"].to_numpy(), strict=True):
-                gauge.add_metric(values, float(value))
+                gauge.add_metric([*values, *stamped], float(value))
             yield gauge
-        up = GaugeMetricFamily(
-            "gpuwatch_source_up", "1 when the last read of the source succeeded.", labels=["source"]
-        )
-        seen = GaugeMetricFamily(
-            "gpuwatch_source_last_success_timestamp_seconds",
-            "When the source last answered.",
-            labels=["source"],
+        up = self._gauge("gpuwatch_source_up", "1 when the last read of the source succeeded.", ["source"])
+        seen = self._gauge(
+            "gpuwatch_source_last_success_timestamp_seconds", "When the source last answered.", ["source"]
         )
         for source in SOURCES:
-            up.add_metric([source], result.source_up.get(source, 0.0))
+            up.add_metric([source, *stamped], result.source_up.get(source, 0.0))
             if source in result.last_success:
-                seen.add_metric([source], result.last_success[source])
+                seen.add_metric([source, *stamped], result.last_success[source])
         yield up
         yield seen
-        duration = GaugeMetricFamily(
-            "gpuwatch_collect_duration_seconds", "Duration of the last collection cycle in seconds."
+        duration = self._gauge(
+            "gpuwatch_collect_duration_seconds", "Duration of the last collection cycle in seconds.", []
         )
-        duration.add_metric([], result.duration_seconds)
+        duration.add_metric(stamped, result.duration_seconds)
         yield duration
 
 
 def serve_exporter(
     service: FleetService, *, host: str = "127.0.0.1", port: int = 9402, interval_seconds: float = 30.0
 ) -> tuple[Any, ExportLoop, CollectorRegistry]:
-    """Start the loop and the HTTP endpoint; returns (server, loop, registry). The first cycle runs first."""
+    """Start the loop and the HTTP endpoint; returns (server, loop, registry). The first cycle runs first.
+
+    An exporter publishes one cluster's series (it runs in that cluster): a `clusters:` list of several
+    is a ConfigError; a list of one names the cluster its series are stamped with."""
+    if len(service.settings.clusters) > 1:
+        raise ConfigError(
+            "gpuwatch export publishes one cluster's series: run one exporter per cluster, each with a "
+            "clusters: list naming only its own cluster (its name becomes the cluster label)"
+        )
     loop = ExportLoop(service, interval_seconds=interval_seconds)
     loop.run_once()
     registry = CollectorRegistry()
-    registry.register(GpuwatchCollector(loop))
+    registry.register(GpuwatchCollector(loop, cluster=service.settings.cluster_name))
     server, _thread = start_http_server(port, addr=host, registry=registry)
     loop.start()
     return server, loop, registry

@@ -61,6 +61,10 @@ class ClusterState:
     warnings: tuple[str, ...] = ()
     skipped: int = 0  # objects or resources skipped for malformed input
     list_restarts: int = 0  # lists restarted after 410 Expired
+    cluster: str = (
+        ""  # the configured name of the cluster (""), or "" for a fleet of several (names qualified)
+    )
+    unreachable: Mapping[str, str] = field(default_factory=dict)  # cluster -> why its API server was not read
 
     def gpu_pods(self) -> list[Pod]:
         return [p for p in self.pods if p.gpu_requests]

@@ -172,6 +172,7 @@ class PrometheusSource:
         bearer_token_file: str | None = None,
         ca_file: str | None = None,
         basic_auth: tuple[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
         timeout_seconds: float = 60.0,
         max_attempts: int = 4,
         backoff_seconds: float = 0.5,
@@ -210,6 +211,7 @@ class PrometheusSource:
         self._warnings: list[str] = []
         session = requests.Session()
         session.verify = ca_file if ca_file else True
+        session.headers.update(headers or {})  # e.g. X-Scope-OrgID: a Mimir or Cortex tenant
         session.hooks["response"].append(self._on_response)
         auth: Any = _BearerTokenFile(bearer_token_file) if bearer_token_file else basic_auth
         self._client = PrometheusConnect(
@@ -226,6 +228,7 @@ class PrometheusSource:
             settings.url or "",
             bearer_token_file=settings.bearer_token_file,
             ca_file=settings.ca_file,
+            headers=settings.headers,
             timeout_seconds=settings.timeout_seconds,
             **kwargs,
         )
@@ -632,12 +635,14 @@ def _one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def allocation_history(source: PrometheusSource, window: Window) -> pd.DataFrame:
+def allocation_history(
+    source: PrometheusSource, window: Window, matchers: Sequence[promql.Matcher] = ()
+) -> pd.DataFrame:
     """gpuwatch's own allocation series over the window: timestamp, namespace, pod, team, node, pool,
     ge_share per pod and sample (sample i read at t_i + step, like the GPU samples)."""
     step = window.step_seconds
     points = source.range_points(
-        promql.pod_allocation_history_query(step_seconds=step),
+        promql.pod_allocation_history_query(step_seconds=step, matchers=matchers),
         first=window.start + timedelta(seconds=step),
         n=window.n_samples,
         step_seconds=step,

@@ -545,6 +545,8 @@ def write_backfill(
     rows, XID, row-remap failure) the last one. Counters are declared `unknown`: OpenMetrics wants a
     counter's samples named `<name>_total`, and the stored name must stay the exporter's.
 
+    `metrics` names the families to write (default: all; with_counterparts() adds other vendors' own).
+
     `between=(a, b)` writes only the samples whose interval starts in [a, b) (at the written step). It
     lets a caller cut the history into one file per 2 h block: promtool before 2.44 has no
     --max-block-duration and re-reads its whole input once per 2 h block it writes.
@@ -598,6 +600,17 @@ def write_backfill(
     if end_of_file:
         out.write("# EOF\n")
     return done
+
+
+def with_counterparts(metrics: Sequence[str]) -> tuple[str, ...]:
+    """DCGM family names and the families of other vendors' exporters measuring the same quantities (for
+    DCGM_FI_DEV_GPU_UTIL, AMD's gpu_gfx_activity): what a backfill of those DCGM families needs to hold
+    the same telemetry for every GPU of a mixed fleet."""
+    columns = {f.column for f in FAMILIES if f.name in metrics}
+    return (
+        *metrics,
+        *(f.name for f in FAMILIES if f.vendor != "nvidia" and f.column in columns and f.name not in metrics),
+    )
 
 
 def _sample_range(grid: _Grid, a: datetime, b: datetime) -> tuple[int, int]:
