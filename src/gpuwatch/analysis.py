@@ -22,7 +22,15 @@ from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark
 from gpuwatch.analytics.placement import policy_taints, pool_taints, screen_pending
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings
-from gpuwatch.model import ALLOCATED_STATES, TeamRules, Window, cluster_of, ge_per_unit, normalize_product
+from gpuwatch.model import (
+    ALLOCATED_STATES,
+    LEDGER_STATES,
+    TeamRules,
+    Window,
+    cluster_of,
+    ge_per_unit,
+    normalize_product,
+)
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues, prices_on_grid, queue_tables, workload_inputs
 from gpuwatch.schema import GPU_REQUESTS, NODE_SAMPLES, PENDING_PODS
 from gpuwatch.sources.kubernetes import ClusterState
@@ -464,6 +472,7 @@ def usage_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
     return tables
 
 
+LEDGER_HOURS = ("capacity_gpu_hours", *(f"{s}_gpu_hours" for s in LEDGER_STATES))
 CLUSTER_COLUMNS = (
     "cluster",
     "gpus",
@@ -490,16 +499,18 @@ def cluster_table(analysis: Analysis) -> pd.DataFrame:
     usage, _ = usage_cost(marked, step_seconds=step, rates=rates, by=("cluster",))
     gpus = analysis.nodes.groupby("cluster", as_index=False).agg(gpus=("capacity_ge", "sum"))
     table = (
-        gpus.merge(hours[["cluster", "capacity_gpu_hours"]], on="cluster", how="outer")
+        gpus.merge(hours[["cluster", *LEDGER_HOURS]], on="cluster", how="outer")
         .merge(cost[["cluster", "cost_usd", "waste_usd"]], on="cluster", how="outer")
         .merge(usage[["cluster", "allocated_gpu_hours", "used_gpu_hours"]], on="cluster", how="left")
-        .fillna({"gpus": 0.0, "capacity_gpu_hours": 0.0, "cost_usd": 0.0, "waste_usd": 0.0})
+        .fillna({"gpus": 0.0, "cost_usd": 0.0, "waste_usd": 0.0} | dict.fromkeys(LEDGER_HOURS, 0.0))
         .fillna({"allocated_gpu_hours": 0.0})
         .assign(error=None)
     )
     down = pd.DataFrame({"cluster": list(analysis.unreachable), "error": list(analysis.unreachable.values())})
     table = pd.concat([table, down], ignore_index=True) if len(down) else table
-    return table.astype({"cluster": "str"}).sort_values("cluster", ignore_index=True)[list(CLUSTER_COLUMNS)]
+    return table.astype({"cluster": "str"}).sort_values("cluster", ignore_index=True)[
+        [*CLUSTER_COLUMNS, *LEDGER_HOURS[1:]]
+    ]
 
 
 def analysis_queues(

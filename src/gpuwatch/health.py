@@ -17,8 +17,16 @@ from gpuwatch.analytics.health import gpu_rows as gpu_rows
 from gpuwatch.analytics.health import health_events as health_events
 from gpuwatch.analytics.health import is_hot as is_hot
 from gpuwatch.analytics.health import xid_text as xid_text
+from gpuwatch.errors import SourceError
 from gpuwatch.model import Window, mig_profile_slices
-from gpuwatch.service import FleetService, FleetSources, LiveSources, SimulatedSources
+from gpuwatch.service import (
+    FleetService,
+    FleetSources,
+    LiveSources,
+    MultiClusterSources,
+    SimulatedSources,
+    qualified_rows,
+)
 from gpuwatch.sources.dcgm import FIELD_BY_NAME, ExporterPods, unit_rows
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 
@@ -97,6 +105,8 @@ def health_samples(sources: "FleetSources | HealthSources", recent: Window) -> p
         frame = _simulated_health(sources.fleet, recent)
     elif isinstance(sources, LiveSources):
         frame = _live_health(sources, recent)
+    elif isinstance(sources, MultiClusterSources):
+        return _clusters_health(sources, recent)
     elif hasattr(sources, "gpu_health"):
         frame = sources.gpu_health(recent)
     else:
@@ -135,10 +145,25 @@ def _live_health(sources: LiveSources, recent: Window) -> pd.DataFrame:
         return ExporterPods(node_by_pod=state.exporter_pod_nodes, node_by_ip=state.exporter_ip_nodes)
 
     rows = sources.prometheus.gpu_samples(
-        recent, exporters=exporters, fields=[FIELD_BY_NAME[name] for name in HEALTH_FIELDS]
+        recent,
+        exporters=exporters,
+        fields=[FIELD_BY_NAME[name] for name in HEALTH_FIELDS],
+        matchers=sources.matchers,
     )
     # One row per unit and sample: a time-sliced GPU has one row per pod carrying the same values.
     return unit_rows(rows)
+
+
+def _clusters_health(sources: MultiClusterSources, recent: Window) -> pd.DataFrame:
+    """Each cluster's latest device telemetry under its qualified node names; a cluster whose API server
+    or store cannot be read adds none (its banner says so)."""
+    parts = []
+    for name, member in sources.members.items():
+        try:
+            parts.append(qualified_rows(health_samples(member, recent), name))
+        except SourceError:
+            continue
+    return pd.concat(parts, ignore_index=True) if parts else _latest_per_unit(pd.DataFrame())
 
 
 def _latest_per_unit(frame: pd.DataFrame) -> pd.DataFrame:

@@ -677,6 +677,7 @@ def report_from_tables(
                 "used_gpu_hours": used,
                 "cost_usd": float(ledger_row["cost_usd"]),
                 "waste_usd": float(ledger_row["waste_usd"]),
+                "ledger_gpu_hours": {s: float(ledger_row[f"{s}_gpu_hours"]) for s in LEDGER_STATES},
                 "error": None,
             }
         ],
@@ -872,6 +873,9 @@ def _cluster_rows(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
             "gpus": None if r["error"] else round(float(r["gpus"])),
             **{k: _num(r[k]) for k in ("capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours")},
             **{k: _num(r[k]) for k in ("cost_usd", "waste_usd")},
+            "ledger_gpu_hours": None
+            if r["error"]
+            else {s: float(r[f"{s}_gpu_hours"]) for s in LEDGER_STATES},
             "error": r["error"] or None,
         }
         for r in frame.to_dict("records")

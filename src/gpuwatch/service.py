@@ -15,9 +15,10 @@ import pandas as pd
 
 from gpuwatch.analysis import Analysis, analysis_queues, analyze
 from gpuwatch.config import ClusterSettings, Settings, load_settings
-from gpuwatch.errors import ConfigError, KubernetesError
+from gpuwatch.errors import ConfigError, KubernetesError, PrometheusError
 from gpuwatch.model import KueueState, TeamRules, Window, cluster_of, qualified
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_setup
+from gpuwatch.schema import GPU_SAMPLES
 from gpuwatch.sources import promql
 from gpuwatch.sources.clustercache import ClusterCache, KueueCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
@@ -196,6 +197,8 @@ class MultiClusterSources:
         if len(members) < 2:
             raise ConfigError("a fleet of several clusters needs at least two")
         self.members = dict(members)
+        self._lock = threading.Lock()
+        self._warnings: list[str] = []
 
     def cluster_state(self) -> ClusterState:
         return self._merged(lambda m: m.cluster_state())
@@ -207,23 +210,39 @@ class MultiClusterSources:
         return KueueState()  # Kueue's queues are read in a fleet of one cluster only (see docs/metrics.md)
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
-        parts = [
-            _qualified_rows(member.gpu_samples(window, member_state(state, name)), name)
-            for name, member in self.members.items()
-            if name not in state.unreachable
-        ]
-        return _concat_rows(parts)
+        """Each cluster's samples from its own store; one whose store fails adds none (its GPU-hours are
+        then unknown, and a warning says why) unless every cluster's fails."""
+        parts, failed = [], []
+        for name, member in self.members.items():
+            if name in state.unreachable:
+                continue
+            try:
+                parts.append(qualified_rows(member.gpu_samples(window, member_state(state, name)), name))
+            except PrometheusError as e:
+                failed.append(e)
+                with self._lock:
+                    self._warnings.append(
+                        f"cluster {name}: telemetry not read ({e}); its GPU-hours are unknown"
+                    )
+        if not parts and failed:
+            raise failed[0]
+        return concat_rows(parts) if parts else GPU_SAMPLES.empty()  # no cluster read: no sample
 
     def allocation_history(self, window: Window) -> pd.DataFrame | None:
         parts = [
-            _qualified_rows(history, name)
+            qualified_rows(history, name)
             for name, member in self.members.items()
             if (history := member.allocation_history(window)) is not None
         ]
-        return _concat_rows(parts) if parts else None
+        return concat_rows(parts) if parts else None
 
     def take_warnings(self) -> list[str]:
-        return [f"cluster {name}: {w}" for name, m in self.members.items() for w in m.take_warnings()]
+        with self._lock:
+            own, self._warnings = self._warnings, []
+        return [
+            *own,
+            *(f"cluster {name}: {w}" for name, m in self.members.items() for w in m.take_warnings()),
+        ]
 
     def now(self) -> datetime:
         return next(iter(self.members.values())).now()
@@ -306,7 +325,7 @@ def member_state(state: ClusterState, cluster: str) -> ClusterState:
     )
 
 
-def _qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
+def qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
     """A cluster's sample or allocation rows with their node and pod names qualified by the cluster."""
     out = frame.copy()
     for column in ("node", "pod"):
@@ -322,7 +341,7 @@ def _qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
     return out
 
 
-def _concat_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+def concat_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """Rows of several clusters as one frame; categorical name columns stay categoricals of strings."""
     frame = pd.concat(parts, ignore_index=True)
     for column in parts[0].columns:

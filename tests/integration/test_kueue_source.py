@@ -295,7 +295,15 @@ def test_kubectl_gets_workloads_and_local_queues(
     assert sum(r["RESERVED IN"] == "search" and r["ADMITTED"] == "True" for r in workloads) == 3
     (flavors,) = tables(kubectl(KUBECTLS[version], kubectl_config, "get", "resourceflavors"))
     assert list(flavors[0]) == ["NAME", "AGE"]
-    assert [r["NAME"] for r in flavors] == ["a100", "a100-mig", "default-flavor", "h100", "l4", "mi300x", "t4"]
+    assert [r["NAME"] for r in flavors] == [
+        "a100",
+        "a100-mig",
+        "default-flavor",
+        "h100",
+        "l4",
+        "mi300x",
+        "t4",
+    ]
     assert {r["AGE"] for r in flavors} == {"61d"}
     (resources,) = tables(kubectl(KUBECTLS[version], kubectl_config, "api-resources", "--api-group", GROUP))
     assert sorted(r["NAME"] for r in resources) == [

@@ -318,6 +318,25 @@ def coverage_banner(report: Mapping[str, Any] | None) -> html.Div | None:
     )
 
 
+def cluster_banners(report: Mapping[str, Any] | None) -> list[html.Div]:
+    """One banner per cluster of the fleet whose API server could not be read: its GPUs are missing from
+    every number on the page (never counted as free), the other clusters' are whole."""
+    down = [c for c in (report or {}).get("clusters", []) if c.get("error")]
+    return [
+        html.Div(
+            [
+                html.Strong(f"Cluster {c['cluster']} not read."),
+                f" {c['error']}. Its GPUs are left out of this page; "
+                "the other clusters' numbers are complete.",
+            ],
+            className="gw-banner",
+            role="alert",
+            id=f"cluster-banner-{c['cluster']}",
+        )
+        for c in down
+    ]
+
+
 def history_banner(view: View | None) -> html.Div | None:
     """Names the stretches of the window without recorded history: drawn as gaps, counted nowhere."""
     gaps = view.history_gaps() if view is not None else []
@@ -342,6 +361,7 @@ def banners(outage: Outage | None, view: View | None) -> html.Div | None:
     stretches without recorded history."""
     shown = [
         banner(outage, view.window if view else None, view.computed_at if view else None),
+        *cluster_banners(view.headline if view else None),
         coverage_banner(view.headline if view else None),
         history_banner(view),
     ]

@@ -530,6 +530,7 @@ def write_backfill(
     progress: Callable[[int, int], None] | None = None,
     end_of_file: bool = True,
     between: tuple[datetime, datetime] | None = None,
+    external_labels: Sequence[tuple[str, str]] = (),
 ) -> int:
     """Write the fleet's DCGM series as Prometheus stores them, for promtool's OpenMetrics backfill.
 
@@ -546,6 +547,8 @@ def write_backfill(
     counter's samples named `<name>_total`, and the stored name must stay the exporter's.
 
     `metrics` names the families to write (default: all; with_counterparts() adds other vendors' own).
+    `external_labels` are added to every series, as a cluster's Prometheus adds its external labels
+    (cluster="eu-1") to what it sends a store shared by several clusters.
 
     `between=(a, b)` writes only the samples whose interval starts in [a, b) (at the written step). It
     lets a caller cut the history into one file per 2 h block: promtool before 2.44 has no
@@ -588,7 +591,7 @@ def write_backfill(
             else:
                 parts = [(None, np.ones(values.size, dtype=bool))]
             for xid, sel in parts:
-                labels = _stored_labels(_exporter_labels(grid, s, xid), target, layout)
+                labels = [*_stored_labels(_exporter_labels(grid, s, xid), target, layout), *external_labels]
                 prefix = f"{family.name}{_label_text(labels)} "
                 texts = _format_values(values[sel])
                 out.write(

@@ -1,0 +1,220 @@
+"""Several clusters as one fleet, end to end: `gpuwatch report` over three simulated clusters, each with its
+own Kubernetes API test server. Two share one real Prometheus, told apart by the `cluster` label each
+cluster's Prometheus adds as an external label; the third has its own VictoriaMetrics. Every cluster's
+node names are the same (gpu-h100-000, ...), as clusters built from one template have.
+"""
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from gpuwatch.model import LEDGER_STATES
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.exposition import with_counterparts, write_backfill
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from tests.integration.prom import PrometheusServer, VictoriaMetricsServer, create_blocks
+
+pytestmark = pytest.mark.integration
+END = datetime(2026, 11, 20, tzinfo=UTC)
+METRICS = with_counterparts(("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED"))
+SHARED, OWN = ("eu-1", "us-1"), "ap-1"
+TOKEN = "clusters-token"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    fleets: dict[str, SimulatedFleet]
+    prometheus_url: str
+    victoria_url: str
+    kubeconfigs: dict[str, str]
+    servers: dict[str, KubeApiServer]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    fleets = {
+        name: build_demo_fleet(seed=seed, end=END, days=0.25, gpus=48)
+        for name, seed in (("eu-1", 31), ("us-1", 32), ("ap-1", 33))
+    }
+    work = tmp_path_factory.mktemp("clusters")
+    # Each shared cluster's history, labelled as its Prometheus labels what it sends the shared store.
+    for name in SHARED:
+        om = work / f"{name}.om"
+        with om.open("w", encoding="utf-8") as out:
+            write_backfill(fleets[name], out, metrics=METRICS, external_labels=[("cluster", name)])
+        create_blocks(om, work / "tsdb")
+    own = work / f"{OWN}.om"
+    with own.open("w", encoding="utf-8") as out:
+        write_backfill(fleets[OWN], out, metrics=METRICS)
+    with PrometheusServer(work / "tsdb") as prom, VictoriaMetricsServer(work / "victoria-metrics") as vm:
+        vm.import_openmetrics(own)
+        servers = {name: KubeApiServer(f, token=TOKEN).start() for name, f in fleets.items()}
+        try:
+            kubeconfigs = {}
+            for name, server in servers.items():
+                path = work / f"kubeconfig-{name}"
+                write_kubeconfig(path, server_url=server.url, token=TOKEN, ca_pem=server.ca_pem)
+                kubeconfigs[name] = str(path)
+            yield Fleet(fleets, prom.url, vm.url, kubeconfigs, servers)
+        finally:
+            for server in servers.values():
+                server.close()
+
+
+def _config(fleet: Fleet, path: Path, kubeconfigs: dict[str, str] | None = None) -> Path:
+    kubeconfigs = kubeconfigs or fleet.kubeconfigs
+    lines = [
+        f"prometheus: {{url: {fleet.prometheus_url}}}",
+        "teams: {namespaces: {notebooks: data-science}}",
+        "clusters:",
+        *(f"  - {{name: {name}, kubeconfig: {kubeconfigs[name]}}}" for name in SHARED),
+        f"  - {{name: {OWN}, kubeconfig: {kubeconfigs[OWN]}, prometheus: {{url: {fleet.victoria_url}}}}}",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _report(config: Path, window_fleet: SimulatedFleet, *extra: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "report",
+            "--config",
+            str(config),
+            "--start",
+            window_fleet.window.start.isoformat(),
+            "--end",
+            window_fleet.window.end.isoformat(),
+            "--step",
+            "60s",
+            "--format",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def _truth(fleet: SimulatedFleet) -> dict[str, float]:
+    truth = fleet.truth()
+    step_h = fleet.window.step_seconds / 3600
+    return {
+        "gpus": float(sum(n.gpu_count for n in fleet.nodes)),
+        "capacity_gpu_hours": sum(n.gpu_count for n in fleet.nodes) * fleet.window.duration_seconds / 3600,
+        "allocated_gpu_hours": float(truth["ge_share"].sum()) * step_h,
+        "used_gpu_hours": float((truth["ge_share"] * truth["util_ratio"]).fillna(0.0).sum()) * step_h,
+    }
+
+
+def _namespace_truth(fleets: list[SimulatedFleet]) -> pd.Series:
+    parts = []
+    for f in fleets:
+        truth = f.truth()
+        parts.append((truth["ge_share"] * f.window.step_seconds / 3600).groupby(truth["namespace"]).sum())
+    return pd.concat(parts).groupby(level=0).sum()
+
+
+def test_each_cluster_and_the_fleet_equal_the_simulators_truth(fleet: Fleet, tmp_path: Path) -> None:
+    report = _report(_config(fleet, tmp_path / "gpuwatch.yaml"), fleet.fleets["eu-1"])
+    clusters = {c["cluster"]: c for c in report["clusters"]}
+    assert sorted(clusters) == ["ap-1", "eu-1", "us-1"]
+    for name, f in fleet.fleets.items():
+        got, want = clusters[name], _truth(f)
+        assert got["error"] is None and got["gpus"] == want["gpus"], name
+        assert got["capacity_gpu_hours"] == pytest.approx(want["capacity_gpu_hours"], rel=1e-9), name
+        for key in ("allocated_gpu_hours", "used_gpu_hours"):
+            assert got[key] == pytest.approx(want[key], rel=0.01), (name, key)
+        # The ledger sums to capacity in each cluster.
+        assert sum(got["ledger_gpu_hours"].values()) == pytest.approx(got["capacity_gpu_hours"], rel=1e-9)
+        assert set(got["ledger_gpu_hours"]) == set(LEDGER_STATES)
+        assert got["cost_usd"] > 0 and 0 <= got["waste_usd"] <= got["cost_usd"]
+    # The fleet is the sum of its clusters, and the ledger sums to capacity over all of them.
+    totals = report["fleet"]
+    assert totals["gpus"] == sum(c["gpus"] for c in clusters.values()) == 3 * 48
+    for key in ("capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd"):
+        assert totals[key] == pytest.approx(sum(c[key] for c in clusters.values()), rel=1e-9), key
+    assert sum(totals["ledger_gpu_hours"].values()) == pytest.approx(totals["capacity_gpu_hours"], rel=1e-9)
+    want_allocated = sum(_truth(f)["allocated_gpu_hours"] for f in fleet.fleets.values())
+    assert totals["allocated_gpu_hours"] == pytest.approx(want_allocated, rel=0.01)
+    # A namespace present in every cluster is one row holding all of its GPU-hours.
+    rows = pd.DataFrame(report["namespaces"])  # a row per namespace and team (pods label their own)
+    got = rows.groupby("namespace")["allocated_gpu_hours"].sum()
+    want = _namespace_truth(list(fleet.fleets.values()))
+    assert sorted(got.index) == sorted(want.index)
+    for namespace in want.index:
+        assert got[namespace] == pytest.approx(want[namespace], rel=0.01), namespace
+    # Nodes of the same name in two clusters stay two nodes: 3 clusters × 48 GPUs in the pools.
+    assert sum(p["gpus"] for p in report["pools"]) == 3 * 48
+    assert {p["vendor"] for p in report["pools"]} == {"nvidia", "amd"}
+
+
+def test_group_by_cluster_is_one_row_per_cluster(fleet: Fleet, tmp_path: Path) -> None:
+    config = _config(fleet, tmp_path / "gpuwatch.yaml")
+    csv = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuwatch",
+            "report",
+            "--config",
+            str(config),
+            "--start",
+            fleet.fleets["eu-1"].window.start.isoformat(),
+            "--end",
+            fleet.fleets["eu-1"].window.end.isoformat(),
+            "--group-by",
+            "cluster",
+            "--format",
+            "csv",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert csv.returncode == 0, csv.stderr
+    lines = csv.stdout.strip().splitlines()
+    header = lines[0].split(",")
+    assert header[2:5] == ["cluster", "gpus", "capacity_gpu_hours"]
+    assert [line.split(",")[2] for line in lines[1:]] == ["ap-1", "eu-1", "us-1"]
+
+
+def test_a_cluster_whose_api_server_is_down_is_named_and_the_others_stay_whole(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    whole = _report(_config(fleet, tmp_path / "all.yaml"), fleet.fleets["eu-1"])
+    # us-1's API server stops answering: its kubeconfig now names a port nobody listens on.
+    with KubeApiServer(fleet.fleets["us-1"], token=TOKEN) as gone:
+        dead = tmp_path / "kubeconfig-dead"
+        write_kubeconfig(dead, server_url=gone.url, token=TOKEN, ca_pem=gone.ca_pem)
+    config = _config(fleet, tmp_path / "down.yaml", {**fleet.kubeconfigs, "us-1": str(dead)})
+    report = _report(config, fleet.fleets["eu-1"])
+    clusters = {c["cluster"]: c for c in report["clusters"]}
+    down = clusters["us-1"]
+    assert "unreachable" in down["error"]
+    assert all(down[k] is None for k in ("gpus", "capacity_gpu_hours", "allocated_gpu_hours", "cost_usd"))
+    assert any(w.startswith("cluster us-1: not read") for w in report["coverage"]["warnings"])
+    before = {c["cluster"]: c for c in whole["clusters"]}
+    # The clusters read are unchanged: what they have, hold, use and cost. (Their stranded GPU-hours may
+    # move: a pool's fragmentation weighs free GPUs by the pod sizes the pool sees across the fleet.)
+    kept = ("gpus", "capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd")
+    for name in ("eu-1", "ap-1"):
+        assert {k: clusters[name][k] for k in kept} == {k: before[name][k] for k in kept}, name
+    assert report["fleet"]["gpus"] == 2 * 48
+    assert report["fleet"]["capacity_gpu_hours"] == pytest.approx(
+        before["eu-1"]["capacity_gpu_hours"] + before["ap-1"]["capacity_gpu_hours"]
+    )
