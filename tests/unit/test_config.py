@@ -247,3 +247,68 @@ pricing:
     ]
     assert prices.tolist() == [0.12, 0.15]
     assert load_settings(env={}).pricing.energy is None
+
+
+CLUSTERS = """
+prometheus: {url: http://thanos-query:9090, headers: {X-Scope-OrgID: fleet}}
+kubernetes: {kubeconfig: /etc/gpuwatch/kubeconfig}
+clusters:
+  - name: eu-1
+    context: eu-1-admin
+  - name: us-1
+    kubeconfig: /etc/gpuwatch/us-1.yaml
+    prometheus: {headers: {X-Scope-OrgID: us}}
+  - name: lab
+    prometheus: {url: http://vm.lab:8428, matchers: {env: lab}}
+"""
+
+
+def test_clusters_inherit_the_fleets_store_and_are_told_apart_by_their_cluster_label(tmp_path: Path) -> None:
+    s = load_settings(config_path=_write(tmp_path, CLUSTERS), env={})
+    eu, us, lab = s.clusters
+    assert [c.name for c in s.clusters] == ["eu-1", "us-1", "lab"]
+    # On the shared store a cluster is its external label; with a store of its own, no matcher by default.
+    assert (eu.prometheus.url, eu.matchers) == ("http://thanos-query:9090", {"cluster": "eu-1"})
+    assert (lab.prometheus.url, lab.matchers) == ("http://vm.lab:8428", {"env": "lab"})
+    assert eu.prometheus.headers == {"X-Scope-OrgID": "fleet"} and us.prometheus.headers == {
+        "X-Scope-OrgID": "us"
+    }
+    assert (eu.kubernetes.kubeconfig, eu.kubernetes.context) == ("/etc/gpuwatch/kubeconfig", "eu-1-admin")
+    assert (us.kubernetes.kubeconfig, us.kubernetes.context) == ("/etc/gpuwatch/us-1.yaml", None)
+    assert s.cluster_name == ""  # several: no one name for the exporter to stamp
+    one = load_settings(config_path=_write(tmp_path, "clusters: [{name: eu-1}]\n"), env={})
+    assert one.cluster_name == "eu-1" and one.clusters[0].matchers == {"cluster": "eu-1"}
+    assert load_settings(env={}).clusters == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "clusters: {name: eu-1}",
+            "config: clusters must list at least one {name, kubeconfig, context, prometheus}",
+        ),
+        ("clusters: []", "config: clusters must list at least one"),
+        ("clusters: [{kubeconfig: /k}]", "config: clusters[0] lacks name"),
+        ("clusters: [{name: EU 1}]", "config: clusters[0].name must be a cluster name"),
+        ("clusters: [{name: eu-1}, {name: eu-1}]", "config: clusters: 'eu-1' is listed twice"),
+        ("clusters: [{name: eu-1, region: eu}]", "config: unknown key clusters[0].region"),
+        (
+            "clusters: [{name: eu-1, prometheus: {tenant: a}}]",
+            "config: unknown key clusters[0].prometheus.tenant",
+        ),
+        (
+            "clusters: [{name: eu-1, prometheus: {matchers: {cluster-name: a}}}]",
+            "'cluster-name' is not a label name",
+        ),
+        (
+            "clusters: [{name: eu-1, prometheus: {headers: [a]}}]",
+            "clusters[0].prometheus.headers must be a mapping",
+        ),
+    ],
+)
+def test_bad_clusters_are_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_settings(config_path=_write(tmp_path, text), env={})
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)

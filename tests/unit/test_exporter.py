@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.config import Settings
-from gpuwatch.errors import PrometheusError
-from gpuwatch.exporter import ExportLoop, GpuwatchCollector
+from gpuwatch.config import ClusterSettings, Settings
+from gpuwatch.errors import ConfigError, PrometheusError
+from gpuwatch.exporter import ExportLoop, GpuwatchCollector, serve_exporter
 from gpuwatch.model import Budgets, DatedPrice, PriceBook, Window
 from gpuwatch.queues import QUEUE_STATE_COLUMNS, queue_states
 from gpuwatch.series import Family, published_series, write_openmetrics
@@ -62,6 +62,31 @@ def test_exposition_matches_the_golden_file(sources: FlakySources) -> None:
     if os.environ.get("GPUWATCH_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
+
+
+def test_one_named_cluster_stamps_its_name_on_every_series(sources: FlakySources) -> None:
+    sources.broken = False
+    settings = replace(Settings(), clusters=(ClusterSettings(name="eu-1"),))
+    service = FleetService.demo(settings, sources.fleet)
+    loop = ExportLoop(service)
+    loop.run_once()
+    registry = CollectorRegistry()
+    registry.register(GpuwatchCollector(loop, cluster=service.settings.cluster_name))
+    stamped = text_string_to_metric_families(generate_latest(registry).decode())
+    plain = {f.name: f for f in text_string_to_metric_families(_scrape(loop))}
+    count = 0
+    for family in stamped:
+        want = [(s.labels, s.value) for s in plain[family.name].samples]
+        got = [(s.labels, s.value) for s in family.samples]
+        assert all(labels.pop("cluster") == "eu-1" for labels, _ in got), family.name
+        if family.name != "gpuwatch_collect_duration_seconds":
+            assert got == want, family.name
+        count += len(got)
+    assert count > 400
+    # An exporter runs in one cluster: a list of several is a one-line error, before any port is bound.
+    several = replace(settings, clusters=(ClusterSettings(name="eu-1"), ClusterSettings(name="us-1")))
+    with pytest.raises(ConfigError, match="run one exporter per cluster"):
+        serve_exporter(FleetService.demo(several, sources.fleet), port=1)
 
 
 def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySources) -> None:
