@@ -498,6 +498,7 @@ def cluster_table(analysis: Analysis) -> pd.DataFrame:
     cost, _ = ledger_cost(by_node, step_seconds=step, rates=rates, by=("cluster",))
     usage, _ = usage_cost(marked, step_seconds=step, rates=rates, by=("cluster",))
     gpus = analysis.nodes.groupby("cluster", as_index=False).agg(gpus=("capacity_ge", "sum"))
+    gpus, hours, cost, usage = (f.astype({"cluster": "str"}) for f in (gpus, hours, cost, usage))
     table = (
         gpus.merge(hours[["cluster", *LEDGER_HOURS]], on="cluster", how="outer")
         .merge(cost[["cluster", "cost_usd", "waste_usd"]], on="cluster", how="outer")

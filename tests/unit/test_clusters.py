@@ -13,6 +13,8 @@ from gpuwatch.report import build_report, group_rows
 from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources, demo_settings, member_state
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.views.base import Scope
+from gpuwatch.views.raw import filter_analysis
 
 END = datetime(2026, 11, 20, tzinfo=UTC)
 
@@ -110,3 +112,25 @@ def test_one_cluster_and_no_clusters_list_report_one_unnamed_cluster(
     assert row["cluster"] == "" and row["gpus"] == report["fleet"]["gpus"]
     assert row["capacity_gpu_hours"] == pytest.approx(report["fleet"]["capacity_gpu_hours"])
     assert pd.Series(row["ledger_gpu_hours"]).sum() == pytest.approx(row["capacity_gpu_hours"])
+
+
+def test_a_cluster_filter_keeps_that_clusters_nodes_pods_and_banner(
+    fleets: dict[str, SimulatedSources],
+) -> None:
+    down = DownSources(fleets["us-1"].fleet)
+    sources = MultiClusterSources({**fleets, "ap-1": down})
+    window = down.fleet.window
+    analysis = FleetService(settings=demo_settings(Settings()), sources=sources).analysis(window)
+    alone = build_report(
+        FleetService(settings=demo_settings(Settings()), sources=fleets["eu-1"]).analysis(window)
+    )
+    eu = build_report(filter_analysis(analysis, Scope(clusters=("eu-1",))))
+    assert [c["cluster"] for c in eu["clusters"]] == ["eu-1"]  # no banner for a cluster not shown
+    for key in ("gpus", "capacity_gpu_hours", "allocated_gpu_hours", "cost_usd"):
+        assert eu["fleet"][key] == pytest.approx(alone["fleet"][key], rel=1e-9), key
+    assert {cluster_of(p["pod"]) for p in eu["pending"]} <= {"eu-1"}
+    assert all(cluster_of(w["pod"]) == "eu-1" for w in eu["workloads"])
+    ap = build_report(filter_analysis(analysis, Scope(clusters=("ap-1",))))
+    assert [(c["cluster"], c["gpus"]) for c in ap["clusters"]] == [("ap-1", None)] and ap["fleet"][
+        "gpus"
+    ] == 0

@@ -56,3 +56,13 @@ def test_controls_make_filters_and_a_custom_window_needs_both_ends() -> None:
     )
     assert Filters(teams=("x",)).scoped and not Filters(window="7d").scoped
     assert Filters(pools=("A",), teams=("x",)).describe() == "pool A · team x"
+
+
+def test_the_cluster_filter_lives_in_the_url() -> None:
+    f = parse_query("?cluster=eu-1&cluster=us-1&pool=NVIDIA-L4")
+    assert f.clusters == ("eu-1", "us-1") and f.pools == ("NVIDIA-L4",) and f.scoped
+    assert parse_query(to_query(f)) == f
+    assert to_query(f) == "?cluster=eu-1&cluster=us-1&pool=NVIDIA-L4"
+    assert f.describe() == "cluster eu-1, us-1 · pool NVIDIA-L4"
+    assert from_controls("24h", None, None, None, None, None, ["eu-1"]).clusters == ("eu-1",)
+    assert f.unscoped().clusters == ()

@@ -243,6 +243,8 @@ def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
                         className="gw-filter gw-custom",
                         style={"display": "none"},
                     ),
+                    # Shown only for a fleet of several clusters (a clusters: list in the config).
+                    _dropdown(ids.FILTER_CLUSTER, "Cluster", "all clusters", box_id=ids.FILTER_CLUSTER_BOX),
                     _dropdown(ids.FILTER_POOL, "Pool", "all pools"),
                     _dropdown(ids.FILTER_PRODUCT, "Product", "all products"),
                     _dropdown(ids.FILTER_TEAM, "Team", "all teams"),
@@ -259,26 +261,31 @@ def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
     )
 
 
-def _dropdown(component_id: str, label: str, placeholder: str) -> html.Div:
-    return html.Div(
-        [
-            html.Label(label, className="gw-filter-label", htmlFor=component_id),
-            dcc.Dropdown(
-                id=component_id,
-                options=[],
-                value=[],
-                multi=True,
-                placeholder=placeholder,
-                className="gw-dropdown",
-            ),
-        ],
-        className="gw-filter gw-filter-dropdown",
-    )
+def _dropdown(component_id: str, label: str, placeholder: str, *, box_id: str | None = None) -> html.Div:
+    """A multi-select filter; with box_id, hidden until it has something to choose from."""
+    children = [
+        html.Label(label, className="gw-filter-label", htmlFor=component_id),
+        dcc.Dropdown(
+            id=component_id,
+            options=[],
+            value=[],
+            multi=True,
+            placeholder=placeholder,
+            className="gw-dropdown",
+        ),
+    ]
+    if box_id:
+        return html.Div(
+            children, id=box_id, className="gw-filter gw-filter-dropdown", style={"display": "none"}
+        )
+    return html.Div(children, className="gw-filter gw-filter-dropdown")
 
 
-def _options(filters: Filters) -> tuple[list[str], list[str], list[str]]:
-    """Pools, products and teams to offer: the fleet's (latest whole-fleet view) and the filters' own."""
+def _options(filters: Filters) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Pools, products, teams and clusters to offer: the fleet's (latest whole-fleet view, its clusters
+    with those not read) and the filters' own."""
     pools, products, teams = set(filters.pools), set(filters.products), set(filters.teams)
+    clusters = set(filters.clusters)
     view = current_store().latest()
     if view is not None:
         nodes = view.nodes()
@@ -287,7 +294,8 @@ def _options(filters: Filters) -> tuple[list[str], list[str], list[str]]:
         teams |= {str(t["team"]) for t in view.headline["teams"]} | {
             str(p["team"]) for p in view.headline["pending"]
         }
-    return sorted(pools), sorted(products), sorted(teams)
+        clusters |= {str(c["cluster"]) for c in view.headline.get("clusters", []) if c["cluster"]}
+    return sorted(pools), sorted(products), sorted(teams), sorted(clusters)
 
 
 def _register_shell_callbacks() -> None:
@@ -301,11 +309,14 @@ def _register_shell_callbacks() -> None:
         Output(ids.FILTER_POOL, "value"),
         Output(ids.FILTER_PRODUCT, "value"),
         Output(ids.FILTER_TEAM, "value"),
+        Output(ids.FILTER_CLUSTER, "value"),
         Output(ids.FILTER_CUSTOM, "style"),
         Output(ids.FILTER_NOTE, "children"),
         Output(ids.FILTER_POOL, "options"),
         Output(ids.FILTER_PRODUCT, "options"),
         Output(ids.FILTER_TEAM, "options"),
+        Output(ids.FILTER_CLUSTER, "options"),
+        Output(ids.FILTER_CLUSTER_BOX, "style"),
         Input(ids.URL, "search"),
         Input(ids.FILTER_WINDOW, "value"),
         Input(ids.FILTER_START, "value"),
@@ -313,6 +324,7 @@ def _register_shell_callbacks() -> None:
         Input(ids.FILTER_POOL, "value"),
         Input(ids.FILTER_PRODUCT, "value"),
         Input(ids.FILTER_TEAM, "value"),
+        Input(ids.FILTER_CLUSTER, "value"),
     )
     def sync_filters(
         search: str | None,
@@ -322,6 +334,7 @@ def _register_shell_callbacks() -> None:
         pools: list[str] | None,
         products: list[str] | None,
         teams: list[str] | None,
+        clusters: list[str] | None,
     ) -> tuple[Any, ...]:
         """The URL is the truth: it sets the controls on load and back/forward; controls rewrite it.
 
@@ -332,12 +345,13 @@ def _register_shell_callbacks() -> None:
         """
         shown = {"display": "flex"}
         hidden = {"display": "none"}
-        keep = (no_update,) * 3
+        keep = (no_update,) * 4
         trigger = ctx.triggered_id
         if trigger in (None, ids.URL):
             f = parse_query(search)
             load(search)  # the options come from the view (usually cached, else computed for the page)
             custom = f.window == CUSTOM
+            options = _options(f)
             return (
                 no_update,
                 f.window,
@@ -346,9 +360,11 @@ def _register_shell_callbacks() -> None:
                 list(f.pools),
                 list(f.products),
                 list(f.teams),
+                list(f.clusters),
                 shown if custom else hidden,
                 "",
-                *_options(f),
+                *options,
+                {} if len(options[3]) > 1 else hidden,
             )
         start_out: Any = no_update
         end_out: Any = no_update
@@ -357,10 +373,10 @@ def _register_shell_callbacks() -> None:
             current = current_store().window(parse_query(search))
             start, end = format_time(current.start), format_time(current.end)
             start_out, end_out = start, end
-        wanted = from_controls(window, start, end, pools, products, teams)
+        wanted = from_controls(window, start, end, pools, products, teams, clusters)
         if window == CUSTOM and wanted.window != CUSTOM:
             note = "enter start and end (UTC), e.g. 2026-11-18T00:00Z, start before end"
-            return (no_update, no_update, start_out, end_out, *keep, shown, note, *keep)
+            return (no_update, no_update, start_out, end_out, *keep, shown, note, *keep, no_update)
         query = to_query(wanted)
         return (
             query if query != (search or "") else no_update,
@@ -371,6 +387,7 @@ def _register_shell_callbacks() -> None:
             shown if window == CUSTOM else hidden,
             "",
             *keep,
+            no_update,
         )
 
     @callback(

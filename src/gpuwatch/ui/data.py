@@ -27,7 +27,9 @@ View: TypeAlias = FleetView  # what a page draws: one window under its filters, 
 
 def scope_of(filters: Filters) -> Scope:
     """The part of the fleet the filters keep."""
-    return Scope(pools=filters.pools, products=filters.products, teams=filters.teams)
+    return Scope(
+        pools=filters.pools, products=filters.products, teams=filters.teams, clusters=filters.clusters
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,6 +192,7 @@ class ViewStore:
             pools=scope.pools or view.scope.pools,
             products=scope.products or view.scope.products,
             teams=scope.teams,
+            clusters=scope.clusters or view.scope.clusters,
         )
         return self._scoped(view, whole)
 

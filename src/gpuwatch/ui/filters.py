@@ -1,4 +1,5 @@
-"""The global filters (window, pool, product, team) and their query-string form, so a view can be shared."""
+"""The global filters (window, cluster, pool, product, team) and their query-string form, so a view can be
+shared."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,11 +23,12 @@ class Filters:
     pools: tuple[str, ...] = ()
     products: tuple[str, ...] = ()
     teams: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()
 
     @property
     def scoped(self) -> bool:
-        """True when a pool, product or team filter narrows the fleet."""
-        return bool(self.pools or self.products or self.teams)
+        """True when a cluster, pool, product or team filter narrows the fleet."""
+        return bool(self.pools or self.products or self.teams or self.clusters)
 
     def unscoped(self) -> "Filters":
         """The same window over the whole fleet."""
@@ -35,7 +37,12 @@ class Filters:
     def describe(self) -> str:
         """A short human description of the scope, e.g. "pool NVIDIA-L4 · team vision"."""
         parts = []
-        for label, values in (("pool", self.pools), ("product", self.products), ("team", self.teams)):
+        for label, values in (
+            ("cluster", self.clusters),
+            ("pool", self.pools),
+            ("product", self.products),
+            ("team", self.teams),
+        ):
             if values:
                 parts.append(f"{label} {', '.join(values)}")
         return " · ".join(parts) or "whole fleet"
@@ -88,6 +95,7 @@ def parse_query(search: str | None) -> Filters:
         pools=_values(query, "pool"),
         products=_values(query, "product"),
         teams=_values(query, "team"),
+        clusters=_values(query, "cluster"),
     )
 
 
@@ -98,6 +106,7 @@ def to_query(filters: Filters) -> str:
         pairs += [("start", format_time(filters.start)), ("end", format_time(filters.end))]
     elif filters.window != DEFAULT_WINDOW:
         pairs.append(("window", filters.window))
+    pairs += [("cluster", c) for c in filters.clusters]
     pairs += [("pool", p) for p in filters.pools]
     pairs += [("product", p) for p in filters.products]
     pairs += [("team", t) for t in filters.teams]
@@ -111,6 +120,7 @@ def from_controls(
     pools: list[str] | None,
     products: list[str] | None,
     teams: list[str] | None,
+    clusters: list[str] | None = None,
 ) -> Filters:
     """Filters from the values of the filter bar's controls (a custom window needs a valid start < end)."""
     begin, finish = parse_time(start), parse_time(end)
@@ -124,4 +134,5 @@ def from_controls(
         pools=tuple(pools or ()),
         products=tuple(products or ()),
         teams=tuple(teams or ()),
+        clusters=tuple(clusters or ()),
     )

@@ -23,15 +23,16 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scope:
-    """The part of the fleet a view shows: pools, products and teams (empty: all)."""
+    """The part of the fleet a view shows: clusters, pools, products and teams (empty: all)."""
 
     pools: tuple[str, ...] = ()
     products: tuple[str, ...] = ()
     teams: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()
 
     @property
     def scoped(self) -> bool:
-        return bool(self.pools or self.products or self.teams)
+        return bool(self.pools or self.products or self.teams or self.clusters)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

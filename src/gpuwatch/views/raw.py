@@ -6,7 +6,7 @@ from datetime import datetime
 import pandas as pd
 
 from gpuwatch.analysis import Analysis
-from gpuwatch.model import LEDGER_STATES, Window
+from gpuwatch.model import LEDGER_STATES, Window, cluster_of
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues
 from gpuwatch.report import report_and_queues
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
@@ -164,11 +164,13 @@ def filter_analysis(analysis: Analysis, scope: Scope) -> Analysis:
     if not scope.scoped:
         return analysis
     nodes = analysis.nodes
+    if scope.clusters:
+        nodes = nodes[nodes["cluster"].isin(scope.clusters)]
     if scope.pools:
         nodes = nodes[nodes["pool"].isin(scope.pools)]
     if scope.products:
         nodes = nodes[nodes["product"].isin(scope.products)]
-    by_nodes = bool(scope.pools or scope.products)
+    by_nodes = bool(scope.pools or scope.products or scope.clusters)
     names, pools = set(nodes["node"]), set(nodes["pool"])
 
     def on_nodes(frame: pd.DataFrame) -> pd.DataFrame:
@@ -178,6 +180,8 @@ def filter_analysis(analysis: Analysis, scope: Scope) -> Analysis:
     if by_nodes:
         pending = pending[pending["pool"].isin(pools)]
         per_pool = per_pool[per_pool["pool"].isin(pools)].reset_index(drop=True)
+    if scope.clusters:  # a pending pod is its cluster's (its qualified name says which)
+        pending = pending[pending["pod"].map(cluster_of).isin(scope.clusters)]
     if scope.teams:
         marked = marked[marked["team"].isin(scope.teams)].reset_index(drop=True)
         pending = pending[pending["team"].isin(scope.teams)]
@@ -190,6 +194,9 @@ def filter_analysis(analysis: Analysis, scope: Scope) -> Analysis:
         by_node = _team_ledger(by_node, marked)
     return replace(
         analysis,
+        unreachable={
+            c: why for c, why in analysis.unreachable.items() if not scope.clusters or c in scope.clusters
+        },
         nodes=nodes.reset_index(drop=True),
         marked=marked,
         by_node=by_node,

@@ -94,6 +94,39 @@ POOL_COLUMNS = [
 ]
 
 
+CLUSTER_COLUMNS = [
+    Column("cluster", "cluster"),
+    Column("gpus", "GPUs", "int"),
+    Column("capacity_gpu_hours", "capacity GPU-h", "num"),
+    Column("allocation_rate", "allocation", "pct"),
+    Column("utilization", "utilization", "pct"),
+    Column("cost_usd", "cost $", "usd"),
+    Column("waste_usd", "idle waste $", "usd"),
+    Column("status", "status"),
+]
+
+
+def cluster_rows(view: View) -> list[dict[str, Any]]:
+    """The clusters of a fleet of several (none for one): what each holds and costs, or why it is not
+    read."""
+    rows = view.headline.get("clusters", [])
+    if len(rows) < 2 and not any(r["error"] for r in rows):
+        return []
+
+    def share(part: float | None, whole: float | None) -> float | None:
+        return part / whole if part is not None and whole else None
+
+    return [
+        {
+            **r,
+            "allocation_rate": share(r["allocated_gpu_hours"], r["capacity_gpu_hours"]),
+            "utilization": share(r["used_gpu_hours"], r["capacity_gpu_hours"]),
+            "status": f"not read: {r['error']}" if r["error"] else "read",
+        }
+        for r in rows
+    ]
+
+
 def pending_rows(view: View) -> list[dict[str, Any]]:
     """Pending GPU pods with how long they waited, what blocks them and why, what they ask of a node
     and the scheduler's own words."""
@@ -187,6 +220,14 @@ def _export_pools(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     return Export(frame=pd.DataFrame(pool_rows(loaded.view)))
 
 
+@exporter("capacity-clusters")
+def _export_clusters(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
+    assert loaded.view is not None
+    return Export(
+        frame=pd.DataFrame(loaded.view.headline.get("clusters", [])).drop(columns="ledger_gpu_hours")
+    )
+
+
 @exporter("capacity-pending")
 def _export_pending(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
@@ -210,7 +251,14 @@ def render(search: str | None) -> tuple[Any, ...]:
         figures.node_holes(nodes),
         shown,
         figures.fragmentation_lines(view.fragmentation_timeline()),
-        table("capacity-pools", "Pools", POOL_COLUMNS, pool_rows(view), empty_text="no pools"),
+        [
+            table("capacity-pools", "Pools", POOL_COLUMNS, pool_rows(view), empty_text="no pools"),
+            *(
+                [table("capacity-clusters", "Clusters", CLUSTER_COLUMNS, rows, empty_text="no clusters")]
+                if (rows := cluster_rows(view))
+                else []
+            ),
+        ],
         table(
             "capacity-pending",
             "Pending GPU pods and why",
