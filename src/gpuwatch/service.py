@@ -409,9 +409,22 @@ class FleetService:
         history_days: float = DEMO_HISTORY_DAYS,
     ) -> "FleetService":
         """The simulated fleet (built over `history_days` up to the current hour unless given): every
-        window it is asked for lies within that history, so no day is invented empty."""
+        window it is asked for lies within that history, so no day is invented empty. A `clusters:` list
+        of several in the settings makes one simulated cluster per name, the demo's shape each (seed 42,
+        43, ...), read together as MultiClusterSources reads live ones."""
         fleet = fleet or build_demo_fleet(days=history_days)
-        return cls(settings=demo_settings(settings, end=fleet.window.end), sources=SimulatedSources(fleet))
+        names = [c.name for c in settings.clusters] if settings is not None else []
+        if len(names) < 2:
+            return cls(
+                settings=demo_settings(settings, end=fleet.window.end), sources=SimulatedSources(fleet)
+            )
+        members: dict[str, FleetSources] = {names[0]: SimulatedSources(fleet)}
+        for k, name in enumerate(names[1:], start=1):
+            other = build_demo_fleet(seed=fleet.seed + k, end=fleet.window.end, days=history_days)
+            members[name] = SimulatedSources(other)
+        return cls(
+            settings=demo_settings(settings, end=fleet.window.end), sources=MultiClusterSources(members)
+        )
 
     @classmethod
     def from_environment(cls) -> "FleetService":

@@ -2,11 +2,12 @@
 one that cannot be read named and left out, the report's clusters[] worked out from the parts."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from gpuwatch.config import Settings
+from gpuwatch.config import Settings, load_settings
 from gpuwatch.errors import KubernetesError
 from gpuwatch.model import cluster_of, qualified
 from gpuwatch.report import build_report, group_rows
@@ -134,3 +135,18 @@ def test_a_cluster_filter_keeps_that_clusters_nodes_pods_and_banner(
     assert [(c["cluster"], c["gpus"]) for c in ap["clusters"]] == [("ap-1", None)] and ap["fleet"][
         "gpus"
     ] == 0
+
+
+def test_the_demo_with_a_clusters_list_simulates_one_cluster_per_name() -> None:
+    settings = load_settings(
+        config_path=str(Path(__file__).parents[2] / "docs/examples/two-clusters.yaml"), env={}
+    )
+    fleet = build_demo_fleet(seed=42, end=END, days=0.1)
+    service = FleetService.demo(settings, fleet, history_days=0.1)
+    assert isinstance(service.sources, MultiClusterSources) and list(service.sources.members) == [
+        "eu-1",
+        "us-1",
+    ]
+    report = build_report(service.analysis(fleet.window))
+    assert [(c["cluster"], c["gpus"]) for c in report["clusters"]] == [("eu-1", 96), ("us-1", 96)]
+    assert report["fleet"]["gpus"] == 192

@@ -14,7 +14,7 @@ from dash import ALL, Dash, Input, Output, State, callback, ctx, dcc, html, no_u
 from werkzeug.serving import make_server
 
 from gpuwatch.errors import ConfigError
-from gpuwatch.service import FleetService, SimulatedSources
+from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources
 from gpuwatch.ui import ids
 from gpuwatch.ui.components import STORE_KEY, current_store, load
 from gpuwatch.ui.data import ViewStore
@@ -173,8 +173,14 @@ def _nav_pages() -> list[dict[str, Any]]:
 
 def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
     url = service.settings.prometheus.url
-    if isinstance(service.sources, SimulatedSources) or not url:
-        source = "demo · simulated fleet"
+    simulated = isinstance(service.sources, SimulatedSources) or (
+        isinstance(service.sources, MultiClusterSources)
+        and all(isinstance(m, SimulatedSources) for m in service.sources.members.values())
+    )
+    if simulated or not url:
+        source = (
+            "demo · simulated fleet" if len(service.settings.clusters) < 2 else "demo · simulated clusters"
+        )
     else:
         parts = urlsplit(url)
         # Never show credentials a URL may carry (https://user:token@host).

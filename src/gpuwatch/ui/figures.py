@@ -149,12 +149,14 @@ def ledger_usd_bar(state_usd: Mapping[str, float]) -> go.Figure:
 
 
 def _two_lines(name: str) -> str:
-    """A long pool name broken at its middle dash, so axis labels stay level."""
-    parts = name.split("-")
+    """A long pool name broken at its middle dash (or underscore: AMD_INSTINCT_MI300X_OAM), so axis
+    labels stay level."""
+    sep = "-" if "-" in name else "_"
+    parts = name.split(sep)
     if len(name) <= 14 or len(parts) < 2:
         return name
-    cut = min(range(1, len(parts)), key=lambda i: abs(len("-".join(parts[:i])) - len(name) / 2))
-    return "-".join(parts[:cut]) + "-<br>" + "-".join(parts[cut:])
+    cut = min(range(1, len(parts)), key=lambda i: abs(len(sep.join(parts[:i])) - len(name) / 2))
+    return sep.join(parts[:cut]) + f"{sep}<br>" + sep.join(parts[cut:])
 
 
 def pool_states_bar(nodes_now: pd.DataFrame) -> go.Figure:
