@@ -28,6 +28,7 @@ from gpuwatch.service import (
     qualified_rows,
 )
 from gpuwatch.sources.dcgm import FIELD_BY_NAME, ExporterPods, unit_rows
+from gpuwatch.sources.simulated.exposition import served_columns
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 
 HEALTH_FIELDS: tuple[str, ...] = (
@@ -132,6 +133,11 @@ def _simulated_health(fleet: SimulatedFleet, recent: Window) -> pd.DataFrame:
         gpu_index=rows["gpu_index"].astype("str"),
         mig_profile=[profile.get(k, "") for k in keys],
     ).reset_index(drop=True)
+    # What another vendor's exporter does not serve is unknown there, as it is read live.
+    vendor = rows["node"].map({n.name: n.vendor for n in fleet.nodes})
+    for other in set(vendor) - {"nvidia"}:
+        unserved = [c for c in HEALTH_VALUES if c in rows and c not in served_columns(other)]
+        rows.loc[vendor == other, unserved] = np.nan
     with _SIMULATED_HEALTH_LOCK:
         _SIMULATED_HEALTH[key] = (fleet, rows)
         while len(_SIMULATED_HEALTH) > 4:

@@ -236,8 +236,9 @@ def test_discovery_names_metrics_and_layout(
     demo_backend: BackfilledPrometheus, servicemonitor: PrometheusSource
 ) -> None:
     found = servicemonitor.discover(at=demo_backend.fleet.now - timedelta(minutes=1))
-    assert found.fields[PROF] == (PROF,) and found.fields[DEV] == (DEV,)
-    assert found.fields["DCGM_FI_DEV_FB_USED"] == ("DCGM_FI_DEV_FB_USED",)
+    # The demo's MI300X pool reports its counterparts of DEV_GPU_UTIL and FB_USED under AMD's names.
+    assert found.fields[PROF] == (PROF,) and found.fields[DEV] == (DEV, "gpu_gfx_activity")
+    assert found.fields["DCGM_FI_DEV_FB_USED"] == ("DCGM_FI_DEV_FB_USED", "gpu_used_vram")
     assert found.fields["DCGM_FI_DEV_GPU_TEMP"] == ()
     assert found.unknown_metrics == ()
     assert found.series_sampled > 0 and found.problems == ()

@@ -153,6 +153,12 @@ FAMILIES: tuple[Family, ...] = (
 )
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
 
+
+def served_columns(vendor: str) -> frozenset[str]:
+    """The telemetry columns a vendor's exporter serves (AMD's: no XID, no row remapping)."""
+    return frozenset(f.column for f in FAMILIES if f.vendor == vendor)
+
+
 # err_msg of the 4.x exporter's XID label pair (the XID catalog's descriptions).
 XID_MESSAGES: dict[int, str] = {
     0: "No Error",
