@@ -18,7 +18,7 @@ from gpuwatch.analytics.health import health_events as health_events
 from gpuwatch.analytics.health import is_hot as is_hot
 from gpuwatch.analytics.health import xid_text as xid_text
 from gpuwatch.errors import SourceError
-from gpuwatch.model import Window, mig_profile_slices
+from gpuwatch.model import Window, is_gpu_resource, mig_profile_slices
 from gpuwatch.service import (
     FleetService,
     FleetSources,
@@ -200,7 +200,7 @@ def team_quotas(service: FleetService) -> pd.DataFrame:
     for quota in state.quotas:
         for key, hard in quota.hard.items():
             resource = key.removeprefix("requests.").removeprefix("limits.")
-            if key.startswith("limits.") or not resource.startswith("nvidia.com/"):
+            if key.startswith("limits.") or not is_gpu_resource(resource):
                 continue
             rows.append(
                 {
