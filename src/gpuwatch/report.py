@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuwatch.analysis import Analysis, Coverage, analysis_queues, iso_z, low_coverage_warning, usage_tables
+from gpuwatch.analysis import (
+    CLUSTER_COLUMNS,
+    Analysis,
+    Coverage,
+    analysis_queues,
+    iso_z,
+    low_coverage_warning,
+    usage_tables,
+)
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError
 from gpuwatch.history import History
@@ -247,16 +255,7 @@ _COLUMNS = {
         "monthly_savings_usd",
         "recommendation_reason",
     ],
-    "cluster": [
-        "cluster",
-        "gpus",
-        "capacity_gpu_hours",
-        "allocated_gpu_hours",
-        "used_gpu_hours",
-        "cost_usd",
-        "waste_usd",
-        "error",
-    ],
+    "cluster": list(CLUSTER_COLUMNS),
     "pool": [
         "pool",
         "vendor",

@@ -82,31 +82,22 @@ def _config(fleet: Fleet, path: Path, kubeconfigs: dict[str, str] | None = None)
     return path
 
 
-def _report(config: Path, window_fleet: SimulatedFleet, *extra: str) -> dict[str, Any]:
+def _run(config: Path, window_fleet: SimulatedFleet, *extra: str) -> str:
+    """`gpuwatch report` over the window of `window_fleet` with `config`: its standard output."""
+    window = window_fleet.window
+    span = ["--start", window.start.isoformat(), "--end", window.end.isoformat()]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuwatch",
-            "report",
-            "--config",
-            str(config),
-            "--start",
-            window_fleet.window.start.isoformat(),
-            "--end",
-            window_fleet.window.end.isoformat(),
-            "--step",
-            "60s",
-            "--format",
-            "json",
-            *extra,
-        ],
+        [sys.executable, "-m", "gpuwatch", "report", "--config", str(config), "--step", "60s", *span, *extra],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = json.loads(result.stdout)
+    return result.stdout
+
+
+def _report(config: Path, window_fleet: SimulatedFleet) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads(_run(config, window_fleet, "--format", "json"))
     return report
 
 
@@ -164,30 +155,15 @@ def test_each_cluster_and_the_fleet_equal_the_simulators_truth(fleet: Fleet, tmp
 
 
 def test_group_by_cluster_is_one_row_per_cluster(fleet: Fleet, tmp_path: Path) -> None:
-    config = _config(fleet, tmp_path / "gpuwatch.yaml")
-    csv = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuwatch",
-            "report",
-            "--config",
-            str(config),
-            "--start",
-            fleet.fleets["eu-1"].window.start.isoformat(),
-            "--end",
-            fleet.fleets["eu-1"].window.end.isoformat(),
-            "--group-by",
-            "cluster",
-            "--format",
-            "csv",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    csv = _run(
+        _config(fleet, tmp_path / "gpuwatch.yaml"),
+        fleet.fleets["eu-1"],
+        "--group-by",
+        "cluster",
+        "--format",
+        "csv",
     )
-    assert csv.returncode == 0, csv.stderr
-    lines = csv.stdout.strip().splitlines()
+    lines = csv.strip().splitlines()
     header = lines[0].split(",")
     assert header[2:5] == ["cluster", "gpus", "capacity_gpu_hours"]
     assert [line.split(",")[2] for line in lines[1:]] == ["ap-1", "eu-1", "us-1"]

@@ -239,15 +239,23 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
-def one_copy(body: str, metric: str) -> str:
+# The label a store shared by several clusters tells their series apart by: `gpuwatch export` stamps it
+# on its series, each cluster's Prometheus adds it to the DCGM ones as an external label. The recording
+# rules keep it beside a family's own labels (RULE_KEEP_LABELS), so a central ruler (Thanos, Mimir,
+# vmalert) records each cluster's series apart; where it is absent, keeping it changes nothing.
+CLUSTER_LABEL: Final = "cluster"
+RULE_KEEP_LABELS: Final = (CLUSTER_LABEL,)
+
+
+def one_copy(body: str, metric: str, *, keep: Sequence[str] = ()) -> str:
     """`body` (an expression over `metric`) with the publishers' copies of each series made one: max by
-    the family's own labels.
+    the family's own labels (and `keep`'s, as the recording rules keep CLUSTER_LABEL).
 
     one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus") is::
 
         max by (pool, state) (gpuwatch_pool_gpus)
     """
-    labels = FAMILY_LABELS[metric]
+    labels = (*FAMILY_LABELS[metric], *(check_label_name(label) for label in keep))
     by = f" by ({', '.join(labels)})" if labels else ""
     single = f"max{by} ({body})"
     return single if len(single) <= WIDTH else _by("max", labels, body)
@@ -330,10 +338,12 @@ def _on_grid(
     resolution: int,
     matchers: Sequence[Matcher] = (),
     rollup: str = "",
+    keep: Sequence[str] = (),
 ) -> str:
     """function over a subquery: one copy of the metric per grid interval (its average, or its last sample
-    for last_over_time), `seconds` back. rollup="hour" or "day" reads the same from that level's roll-ups
-    instead (rollup_name): the range must then span whole roll-up periods and hold their evaluations."""
+    for last_over_time), `seconds` back, by the family's labels and `keep`'s. rollup="hour" or "day" reads
+    the same from that level's roll-ups instead (rollup_name): the range must then span whole roll-up
+    periods and hold their evaluations."""
     if rollup:
         rolled = selector(rollup_name(metric, function, rollup), matchers)
         return f"{_ROLLUP_OUTER[function]}({rolled}[{range_duration(seconds - _MS)}])"
@@ -344,7 +354,7 @@ def _on_grid(
     # Prometheus before 3.0 closes ranges at both ends: 1 ms less puts a sample (or grid point) that falls
     # exactly on a boundary in one interval (piece), not two.
     samples = f"{selector(metric, matchers)}[{range_duration(resolution - _MS)}]"
-    inner = one_copy(f"{within}({samples})", metric)
+    inner = one_copy(f"{within}({samples})", metric, keep=keep)
     outer = f"[{range_duration(seconds - _MS)}:{resolution}s]"
     single = f"{call}({inner}){outer})"
     if len(single) <= WIDTH:
@@ -455,11 +465,22 @@ def rollup_name(metric: str, function: str, level: str = "hour") -> str:
 
 
 def rollup_rules() -> list[dict[str, str]]:
-    """The recording rules of the hourly roll-ups, as the rule file holds them (evaluated every hour);
-    those of NONZERO_ROLLUPS keep only the series above 0 (the daily ones, sums of those, have no other)."""
+    """The recording rules of the hourly roll-ups, as the rule file holds them (evaluated every hour):
+    the history path's grid reads, one copy of each series per cluster (RULE_KEEP_LABELS), so a ruler
+    over a store shared by several clusters records each cluster's apart; those of NONZERO_ROLLUPS keep
+    only the series above 0 (the daily ones, sums of those, have no other).
+
+    The rule of hour:gpuwatch_pool_gpus:sum_over_time is::
+
+        sum_over_time(
+          (
+            max by (pool, state, cluster) (avg_over_time(gpuwatch_pool_gpus[59999ms]))
+          )[3599999ms:60s]
+        )
+    """
     rules = [{"record": ROLLUP_MARKER, "expr": "vector(time())"}]
     for metric, function in ROLLUPS:
-        expr = _on_grid(function, metric, ROLLUP_SECONDS, ROLLUP_GRID_SECONDS)
+        expr = _on_grid(function, metric, ROLLUP_SECONDS, ROLLUP_GRID_SECONDS, keep=RULE_KEEP_LABELS)
         expr = _nonzero(expr, (metric, function) in NONZERO_ROLLUPS)
         rules.append({"record": rollup_name(metric, function), "expr": expr})
     return rules
@@ -468,20 +489,23 @@ def rollup_rules() -> list[dict[str, str]]:
 def day_rollup_rules() -> list[dict[str, str]]:
     """The recording rules of the daily roll-ups (evaluated every day): each the sum (or last) of its
     hourly roll-up over the 24 hours that end DAY_ROLLUP_LAG_SECONDS before the evaluation, so the hour
-    evaluated at the same moment, if any, has been written; one copy of each series (the hourly ones of
-    two rule evaluators, merged by a query layer, are one fact).
+    evaluated at the same moment, if any, has been written; one copy of each series per cluster (the
+    hourly ones of two rule evaluators, merged by a query layer, are one fact; two clusters' are two).
 
-    The rule of hour:gpuwatch_pool_gpus:sum_over_time is::
+    The rule of day:gpuwatch_pool_gpus:sum_over_time is::
 
-        max by (pool, state) (sum_over_time(hour:gpuwatch_pool_gpus:sum_over_time[86399999ms] offset 1800s))
+        max by (
+          pool, state, cluster
+        ) (
+          sum_over_time(hour:gpuwatch_pool_gpus:sum_over_time[86399999ms] offset 1800s)
+        )
     """
     rules = [{"record": DAY_ROLLUP_MARKER, "expr": "vector(time())"}]
     lag = f"offset {DAY_ROLLUP_LAG_SECONDS}s"
     for metric, function in ROLLUPS:
         hourly = rollup_name(metric, function)
-        expr = one_copy(
-            f"{_ROLLUP_OUTER[function]}({hourly}[{range_duration(DAY_SECONDS - _MS)}] {lag})", metric
-        )
+        rolled = f"{_ROLLUP_OUTER[function]}({hourly}[{range_duration(DAY_SECONDS - _MS)}] {lag})"
+        expr = one_copy(rolled, metric, keep=RULE_KEEP_LABELS)
         rules.append({"record": rollup_name(metric, function, "day"), "expr": expr})
     return rules
 
