@@ -326,7 +326,8 @@ def member_state(state: ClusterState, cluster: str) -> ClusterState:
 
 
 def qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
-    """A cluster's sample or allocation rows with their node and pod names qualified by the cluster."""
+    """A cluster's sample or allocation rows with their node and pod names qualified by the cluster (a
+    categorical's categories renamed, a column of strings concatenated: never a Python loop per row)."""
     out = frame.copy()
     for column in ("node", "pod"):
         if column not in out:
@@ -337,18 +338,21 @@ def qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
                 [qualified(cluster, str(c)) for c in values.cat.categories]
             )
         else:
-            out[column] = [qualified(cluster, str(v)) for v in values]
+            text = values.astype("str")
+            out[column] = text.where(text.eq(""), f"{cluster}/" + text)
     return out
 
 
 def concat_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Rows of several clusters as one frame; categorical name columns stay categoricals of strings."""
-    frame = pd.concat(parts, ignore_index=True)
+    """Rows of several clusters as one frame; a categorical name column stays a categorical of strings,
+    each part's codes mapped onto the union of the parts' categories (no string per row is made)."""
+    parts = list(parts)
     for column in parts[0].columns:
         if isinstance(parts[0][column].dtype, pd.CategoricalDtype):
-            values = frame[column].astype("str")
-            frame[column] = values.astype(pd.CategoricalDtype(pd.Index(sorted(set(values)), dtype="str")))
-    return frame
+            union = sorted(set().union(*(p[column].cat.categories for p in parts)))
+            dtype = pd.CategoricalDtype(pd.Index(union, dtype="str"))
+            parts = [p.assign(**{column: p[column].cat.set_categories(dtype.categories)}) for p in parts]
+    return pd.concat(parts, ignore_index=True)
 
 
 class SimulatedSources:
