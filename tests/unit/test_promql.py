@@ -70,6 +70,11 @@ def test_selectors_exact() -> None:
     )
 
 
+def _rule(rules: list[dict[str, str]], record: str) -> str:
+    (expr,) = [r["expr"] for r in rules if r["record"] == record]
+    return expr
+
+
 def test_docstrings_show_the_exact_queries() -> None:
     for builder, query in [
         (promql.dcgm_alias_query, DEV_UNLESS_PROF_60S),
@@ -116,6 +121,8 @@ def test_docstrings_show_the_exact_queries() -> None:
                 "gpuwatch_queue_used_gpus", range_seconds=5400, resolution_seconds=60
             ),
         ),
+        (promql.rollup_rules, _rule(promql.rollup_rules(), "hour:gpuwatch_pool_gpus:sum_over_time")),
+        (promql.day_rollup_rules, _rule(promql.day_rollup_rules(), "day:gpuwatch_pool_gpus:sum_over_time")),
     ]:
         doc = (builder.__doc__ or "").split("\n", 1)[1]
         shown = textwrap.dedent(doc.split("::\n", 1)[1] if "::\n" in doc else doc).strip()
@@ -198,6 +205,38 @@ def test_every_gpuwatch_read_keeps_one_copy_of_each_series() -> None:
     # Sums over time run on a grid: the max is taken at each grid point, not once per series.
     grid = promql.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=30)
     assert grid.endswith("[3599999ms:30s])") and "avg_over_time(gpuwatch_pool_gpus[29999ms])" in grid
+
+
+def test_the_rollup_rules_keep_each_cluster_apart_and_the_reads_stay_as_they_were() -> None:
+    """Rules evaluated over a store shared by several clusters (Thanos, Mimir, vmalert ruler) keep one copy
+    of each series per cluster: two clusters' pool H100 or pod ml/train-0 are two roll-ups, never one max.
+    The history path's own reads of one cluster's store are unchanged (the label absent, the same)."""
+    rules = [*promql.rollup_rules(), *promql.day_rollup_rules()]
+    markers = {promql.ROLLUP_MARKER, promql.DAY_ROLLUP_MARKER}
+    assert len(rules) == 2 * (len(promql.ROLLUPS) + 1)
+    for rule in rules:
+        if rule["record"] in markers:
+            assert rule["expr"] == "vector(time())"
+            continue
+        flat = " ".join(rule["expr"].split()).replace("( ", "(").replace(" )", ")")
+        metric = rule["record"].split(":")[1]
+        by = ", ".join((*promql.FAMILY_LABELS[metric], "cluster"))
+        assert f"max by ({by}) (" in flat, rule
+        assert not re.search(r"\b(sum|max|min|avg|count) \(", flat), rule
+    hourly = {r["record"]: r["expr"] for r in promql.rollup_rules()}
+    assert hourly["hour:gpuwatch_build_info:count_over_time"] == (
+        "count_over_time((max by (cluster) (avg_over_time(gpuwatch_build_info[59999ms])))[3599999ms:60s])"
+    )
+    reads = [
+        promql.exporter_samples_query(range_seconds=3600, resolution_seconds=60),
+        promql.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=60),
+        promql.pod_gpus_last_query("gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60),
+        promql.one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus"),
+    ]
+    assert not any("cluster" in query for query in reads)
+    assert reads[0] == "count_over_time((max (avg_over_time(gpuwatch_build_info[59999ms])))[3599999ms:60s])"
+    with pytest.raises(ConfigError):
+        promql.one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus", keep=["not a label"])
 
 
 def test_a_pod_family_read_for_some_pods_or_a_team_carries_their_matchers() -> None:

@@ -454,3 +454,38 @@ def test_the_daily_rollups_sum_the_hourly_ones_the_history_path_reads_days_from(
     assert written == promql.day_rollup_rules()
     hourly = {r["record"] for r in promql.rollup_rules()}
     assert {r["record"].replace("day:", "hour:", 1) for r in written} == hourly
+
+
+# An aggregation, with its by/without label list if any, up to the parenthesis of its argument.
+AGGREGATION_CALL = re.compile(
+    r"\b(sum|min|max|avg|group|stddev|stdvar|count_values|count|topk|bottomk|quantile)"
+    r"(?: (by|without) \(([^)]*)\))? \("
+)
+# A series that has no cluster by design (a static budget rule), matched to the team in every cluster.
+CLUSTERLESS_OPERAND = re.compile(
+    r"(?:on \([^)]*\) (?:group_left \([^)]*\) )?)?max by \([^)]*\) \([a-z_:]+\{cluster=\"\"\}\)"
+)
+
+
+@pytest.mark.parametrize("path", [*rule_files(), ALERTS / "budgets.example.yml"], ids=lambda p: p.name)
+def test_every_rule_keeps_two_clusters_apart(path: Path) -> None:
+    """Several clusters behind one store, the rules evaluated there (Thanos ruler, Mimir ruler, vmalert):
+    two clusters both have a node gpu-h100-000 and a team research. Every aggregation keeps `cluster` (by
+    it, or without dropping it) and every vector match is on it, so no alert or recorded series merges or
+    matches two clusters' series; without the label (one cluster) it changes nothing."""
+    for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule["record"]
+            flat = re.sub(r"\s+", " ", rule["expr"]).replace("( ", "(").replace(" )", ")")
+            flat = re.sub(r"\b(\w+)\(", r"\1 (", flat)  # sum(x) as sum (x)
+            flat = CLUSTERLESS_OPERAND.sub("clusterless", flat)
+            for function, modifier, labels in AGGREGATION_CALL.findall(flat):
+                listed = [label.strip() for label in labels.split(",")]
+                if modifier == "without":
+                    assert "cluster" not in listed, f"{name}: {function} without ({labels})"
+                else:
+                    assert "cluster" in listed, f"{name}: {function} {modifier or 'by'} ({labels})"
+            for labels in re.findall(r"\bon \(([^)]*)\)", flat):
+                assert "cluster" in [label.strip() for label in labels.split(",")], f"{name}: on ({labels})"
+            for labels in re.findall(r"\bignoring \(([^)]*)\)", flat):
+                assert "cluster" not in labels, f"{name}: ignoring ({labels})"
