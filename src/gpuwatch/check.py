@@ -7,7 +7,7 @@ from datetime import datetime
 import pandas as pd
 
 from gpuwatch.analysis import MIN_COVERAGE_RATIO, Analysis, iso_z, low_coverage_warning
-from gpuwatch.config import Settings
+from gpuwatch.config import ClusterSettings, Settings
 from gpuwatch.errors import ConfigError, KubernetesError, PrometheusError, SourceError
 from gpuwatch.model import KueueState
 from gpuwatch.service import FleetService, LiveSources, kueue_state
@@ -27,6 +27,23 @@ CHECK_WINDOW_DAYS = 1 / 24  # `gpuwatch check` judges coverage over the last hou
 
 
 def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) -> CheckResult:
+    """check_cluster() of the one cluster the settings name, or of each of their `clusters:` list, every
+    line of a cluster of several prefixed with its name."""
+    if len(settings.clusters) < 2:
+        one = settings.clusters[0] if settings.clusters else None
+        return check_cluster(settings, cluster=one, clock=clock)
+    parts = {c.name: check_cluster(settings, cluster=c, clock=clock) for c in settings.clusters}
+    return CheckResult(
+        findings=[f"cluster {n}: {line}" for n, r in parts.items() for line in r.findings],
+        warnings=[f"cluster {n}: {line}" for n, r in parts.items() for line in r.warnings],
+        problems=[f"cluster {n}: {line}" for n, r in parts.items() for line in r.problems],
+        unreachable=any(r.unreachable for r in parts.values()),
+    )
+
+
+def check_cluster(
+    settings: Settings, *, cluster: ClusterSettings | None = None, clock: Callable[[], datetime] | None = None
+) -> CheckResult:
     """Connectivity, RBAC (can gpuwatch list what it needs?), DCGM metrics and label layout, Kueue
     (installed or not: never a problem, but a 403 on it is), coverage of the last hour.
 
@@ -35,7 +52,7 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
     a warning; a node with GPUs is a problem only when other nodes report over the same hour and it
     does not; coverage under MIN_COVERAGE_RATIO is a warning that says why, never an "ok".
     """
-    if not settings.prometheus.url:
+    if not (cluster.prometheus if cluster else settings.prometheus).url:
         raise ConfigError(
             "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
         )
@@ -43,10 +60,10 @@ def check(settings: Settings, *, clock: Callable[[], datetime] | None = None) ->
     warnings: list[str] = []
     problems: list[str] = []
     unreachable = False
-    sources = LiveSources(settings, clock=clock)
+    sources = LiveSources(settings, cluster=cluster, clock=clock)
     recent_series = 0
     try:
-        found = sources.prometheus.discover(at=sources.now())
+        found = sources.prometheus.discover(at=sources.now(), matchers=sources.matchers)
         recent_series = found.series_sampled
         util = [
             m

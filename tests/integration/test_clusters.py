@@ -5,22 +5,27 @@ node names are the same (gpu-h100-000, ...), as clusters built from one template
 """
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
+from gpuwatch.check import check
+from gpuwatch.config import load_settings
 from gpuwatch.model import LEDGER_STATES
+from gpuwatch.sources.dcgm import UTIL_FIELDS
+from gpuwatch.sources.promql import field_aliases_selector
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.sources.simulated.exposition import with_counterparts, write_backfill
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
-from tests.integration.prom import PrometheusServer, VictoriaMetricsServer, create_blocks
+from tests.integration.prom import PrometheusServer, VictoriaMetricsServer, create_blocks, series
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -194,3 +199,28 @@ def test_a_cluster_whose_api_server_is_down_is_named_and_the_others_stay_whole(
     assert report["fleet"]["capacity_gpu_hours"] == pytest.approx(
         before["eu-1"]["capacity_gpu_hours"] + before["ap-1"]["capacity_gpu_hours"]
     )
+
+
+def test_check_judges_each_cluster_on_its_own_series(fleet: Fleet, tmp_path: Path) -> None:
+    settings = load_settings(config_path=str(_config(fleet, tmp_path / "gpuwatch.yaml")), env={})
+    result = check(settings, clock=lambda: END)
+    assert result.problems == [] and not result.unreachable
+    for name, f in fleet.fleets.items():
+        mine = [line for line in result.findings if line.startswith(f"cluster {name}: ")]
+        # Each cluster's coverage counts its own GPU-samples only (the shared store holds two clusters').
+        coverage = next(line for line in mine if "coverage (" in line)
+        hour = 60 * sum(n.gpu_count for n in f.nodes if n.ready)
+        found = re.search(r": ([\d,]+) of ([\d,]+) GPU-samples present", coverage)
+        assert found is not None, coverage
+        present, expected = (int(g.replace(",", "")) for g in found.groups())
+        # Read without its matchers, a shared cluster would count the other's GPUs on its nodes too.
+        assert expected == hour and 0.95 * hour <= present <= hour, coverage
+        assert any(line.endswith("can list pods") for line in mine)
+    # Discovery reads each shared cluster's series alone: its own utilization series, not the store's.
+    util = field_aliases_selector(UTIL_FIELDS)
+    everything = series(fleet.prometheus_url, util, END - timedelta(minutes=10), END)
+    for name in SHARED:
+        line = next(f for f in result.findings if f.startswith(f"cluster {name}: prometheus "))
+        own = [s for s in everything if s.get("cluster") == name]
+        assert f" {len(own)} utilization series in the last 10 minutes" in line, line
+        assert 0 < len(own) < len(everything)

@@ -517,19 +517,26 @@ class PrometheusSource:
         finite = points.values[np.isfinite(points.values)]
         return int(finite.max()) if finite.size else 0
 
-    def discover(self, *, at: datetime | None = None, lookback_seconds: int = 600) -> Discovery:
-        """DCGM metric names present and the label layout of the utilization series (`gpuwatch check`)."""
+    def discover(
+        self,
+        *,
+        at: datetime | None = None,
+        lookback_seconds: int = 600,
+        matchers: Sequence[promql.Matcher] = (),
+    ) -> Discovery:
+        """DCGM metric names present and the label layout of the utilization series (`gpuwatch check`),
+        of the series `matchers` select (one cluster's of a shared store)."""
         now = utc(at) if at is not None else datetime.now(UTC)
         names = sorted(
             n
-            for n in self.label_values("__name__", match=[promql.dcgm_names_selector()])
+            for n in self.label_values("__name__", match=[promql.dcgm_names_selector(matchers)])
             if is_dcgm_metric(n)
         )
         present = set(names)
         fields = {f.name: tuple(m for m in f.metrics if m in present) for f in FIELDS}
         unknown = tuple(n for n in names if field_of(n) is None)
         sampled = self.series(
-            promql.field_aliases_selector(UTIL_FIELDS),
+            promql.field_aliases_selector(UTIL_FIELDS, matchers),
             start=now - timedelta(seconds=lookback_seconds),
             end=now,
         )

@@ -87,14 +87,15 @@ def names_selector(metrics: Iterable[str], matchers: Sequence[Matcher] = ()) -> 
     return "{" + ", ".join(m.render() for m in (one_of("__name__", names), *matchers)) + "}"
 
 
-def dcgm_names_selector() -> str:
+def dcgm_names_selector(matchers: Sequence[Matcher] = ()) -> str:
     """Every name of DCGM's and other vendors' exporters, for /api/v1/label/__name__/values?match[]=...
 
     AMD's are gpu_* (amd_gpu_* with its usual prefix), Gaudi's habanalabs_*::
 
     {__name__=~"DCGM_.+|dcgm_.+|gpu_.+|amd_gpu_.+|habanalabs_.+"}
     """
-    return '{__name__=~"DCGM_.+|dcgm_.+|gpu_.+|amd_gpu_.+|habanalabs_.+"}'
+    names = Matcher("__name__", "DCGM_.+|dcgm_.+|gpu_.+|amd_gpu_.+|habanalabs_.+", "=~")
+    return "{" + ", ".join(m.render() for m in (names, *matchers)) + "}"
 
 
 def field_aliases_selector(fields: Sequence[Field], matchers: Sequence[Matcher] = ()) -> str:
