@@ -229,11 +229,17 @@ class MultiClusterSources:
         return concat_rows(parts) if parts else GPU_SAMPLES.empty()  # no cluster read: no sample
 
     def allocation_history(self, window: Window) -> pd.DataFrame | None:
-        parts = [
-            qualified_rows(history, name)
-            for name, member in self.members.items()
-            if (history := member.allocation_history(window)) is not None
-        ]
+        """Each cluster's own allocation series; one whose store fails adds none (a warning says so)."""
+        parts = []
+        for name, member in self.members.items():
+            try:
+                history = member.allocation_history(window)
+            except PrometheusError as e:
+                with self._lock:
+                    self._warnings.append(f"cluster {name}: allocation history not read ({e})")
+                continue
+            if history is not None:
+                parts.append(qualified_rows(history, name))
         return concat_rows(parts) if parts else None
 
     def take_warnings(self) -> list[str]:

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from gpuwatch.config import Settings, load_settings
-from gpuwatch.errors import KubernetesError
-from gpuwatch.model import cluster_of, qualified
+from gpuwatch.errors import KubernetesError, PrometheusError
+from gpuwatch.model import Window, cluster_of, qualified
 from gpuwatch.report import build_report, group_rows
 from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources, demo_settings, member_state
 from gpuwatch.sources.kubernetes import ClusterState
@@ -150,3 +150,27 @@ def test_the_demo_with_a_clusters_list_simulates_one_cluster_per_name() -> None:
     report = build_report(service.analysis(fleet.window))
     assert [(c["cluster"], c["gpus"]) for c in report["clusters"]] == [("eu-1", 96), ("us-1", 96)]
     assert report["fleet"]["gpus"] == 192
+
+
+class StoreDownSources(SimulatedSources):
+    """A cluster whose store refuses every query (the API server answers)."""
+
+    def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
+        raise PrometheusError("prometheus at http://10.0.0.2:9090 unreachable: connection refused")
+
+    def allocation_history(self, window: Window) -> pd.DataFrame | None:
+        raise PrometheusError("prometheus at http://10.0.0.2:9090 unreachable: connection refused")
+
+
+def test_a_cluster_whose_store_fails_keeps_its_gpus_with_their_hours_unknown(
+    fleets: dict[str, SimulatedSources],
+) -> None:
+    sources = MultiClusterSources({"eu-1": fleets["eu-1"], "us-1": StoreDownSources(fleets["us-1"].fleet)})
+    window = fleets["eu-1"].fleet.window
+    report = build_report(FleetService(settings=demo_settings(Settings()), sources=sources).analysis(window))
+    us = next(c for c in report["clusters"] if c["cluster"] == "us-1")
+    assert us["error"] is None and us["gpus"] == sum(n.gpu_count for n in fleets["us-1"].fleet.nodes)
+    # Its pods hold GPUs the API server lists, with no telemetry: unknown, never idle or active.
+    ledger = us["ledger_gpu_hours"]
+    assert ledger["allocated_unknown"] > 0 and ledger["allocated_idle"] == ledger["allocated_active"] == 0
+    assert any(w.startswith("cluster us-1: telemetry not read") for w in report["coverage"]["warnings"])
