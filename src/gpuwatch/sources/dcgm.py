@@ -75,9 +75,9 @@ _GAUDI = "Intel Gaudi metric-exporter"
 
 def _amd(metric: str, unit: str, *, mul: float = 1.0, div: float = 1.0) -> tuple[Alias, Alias]:
     """An AMD field under its plain name and under the "amd_" prefix."""
-    return tuple(  # type: ignore[return-value]
-        Alias(metric=f"{prefix}{metric}", unit=unit, source=f"{_AMD}{note}", mul=mul, div=div)
-        for prefix, note in (("", ""), ("amd_", ", MetricsFieldPrefix amd_"))
+    return (
+        Alias(metric=metric, unit=unit, source=_AMD, mul=mul, div=div),
+        Alias(metric=f"amd_{metric}", unit=unit, source=f"{_AMD}, MetricsFieldPrefix amd_", mul=mul, div=div),
     )
 
 
