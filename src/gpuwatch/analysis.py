@@ -17,6 +17,7 @@ from gpuwatch.analytics.fragmentation import (
     largest_free_block,
     request_mix,
 )
+from gpuwatch.analytics.fragmentation import pool_fragmentation as pool_fragmentation
 from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
 from gpuwatch.analytics.placement import policy_taints, pool_taints, screen_pending
@@ -164,7 +165,7 @@ class Analysis:
     marked: pd.DataFrame  # IDLE_MARKED: the attributed timeline with idle flags
     by_node: pd.DataFrame  # the ledger per node-sample (GE per state)
     per_pool: pd.DataFrame  # fragmentation per pool-sample
-    free: pd.DataFrame  # SCHEDULABLE_FREE per node-sample
+    free: pd.DataFrame  # SCHEDULABLE_FREE per node-sample, with its fragmented_ge (F_n)
     pending: pd.DataFrame  # diagnose_pending()
     idle_since: pd.DataFrame  # per workload
     coverage: Coverage
@@ -212,7 +213,8 @@ def analyze(
     node_samples = _node_samples(nodes, sample_times)
     free = schedulable_free(node_samples, marked)
     pending_pods = pods_frame(state, rules, phase="Pending")
-    mix = request_mix(_gpu_requests(marked, pending_pods))
+    # Per cluster: a node's free GPUs are weighed by its own cluster's pods (none come from another's).
+    mix = request_mix(_gpu_requests(marked, pending_pods), per_cluster=True)
     per_node_frag, per_pool = fragmentation(free, mix)
     result = ledger(node_samples, marked, per_node_frag)
     screens, placeable = screen_pending([p for p in state.gpu_pods() if p.phase == "Pending"], state.nodes)
@@ -283,7 +285,7 @@ def analyze(
         marked=marked,
         by_node=result.by_node,
         per_pool=per_pool,
-        free=free,
+        free=free.assign(fragmented_ge=per_node_frag["fragmented_ge"].to_numpy()),
         pending=pending,
         idle_since=idle_since(marked),
         coverage=coverage,

@@ -1,6 +1,7 @@
 """Why a pending GPU pod waits, on a tiny fleet worked out by hand: affinity, taint, MIG profile, quota,
 then fragmentation or capacity (SPEC §3, issue 14), and the Kubernetes matching rules behind them."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -280,3 +281,14 @@ def test_toleration_rules() -> None:
         tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoExecute"),)
     ).untolerated(n) == [GPU_TAINT]
     assert Placement(tolerations=(Toleration(operator="Exists"),)).untolerated(n) == []
+
+
+def test_a_pod_is_screened_against_its_own_clusters_nodes() -> None:
+    # eu-1 has A100 nodes only; us-1 has an H100 node its selector matches: eu-1's pod may not use it.
+    eu = node("eu-1/a2", A100, resources={RESOURCE_GPU: 8.0})
+    us = node("us-1/h1", H100, resources={RESOURCE_GPU: 8.0})
+    pod = pending_pod("eu-1/train", {RESOURCE_GPU: 1.0}, h100())
+    screens, placeable = screen_pending([pod, replace(pod, name="us-1/train")], [eu, us])
+    assert screens["blocked_by"].tolist() == ["affinity", ""]
+    assert placeable["node"].tolist() == ["us-1/h1"]
+    assert screens["group"].tolist() == [0, 1]  # asking the same in two clusters: screened apart

@@ -1,12 +1,12 @@
 """Fragmentation after Weng et al., "Beware of Fragmentation" (USENIX ATC'23), stranded GE, pending pods."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from gpuwatch.model import normalize_product, utc
+from gpuwatch.model import cluster_of, normalize_product, utc
 from gpuwatch.schema import (
     GPU_REQUESTS,
     PENDING_PODS,
@@ -14,6 +14,7 @@ from gpuwatch.schema import (
     PLACEABLE_NODES,
     REQUEST_MIX,
     SCHEDULABLE_FREE,
+    categorical_strings,
 )
 
 FLEET_POOL = ""  # the pool of a pod without a product selector, and the key of the fleet-wide mix
@@ -21,30 +22,45 @@ FLEET_POOL = ""  # the pool of a pod without a product selector, and the key of 
 EPSILON_GE = 1e-9
 
 
-def request_mix(requests: pd.DataFrame) -> pd.DataFrame:
+def request_mix(requests: pd.DataFrame, *, per_cluster: bool = False) -> pd.DataFrame:
     """REQUEST_MIX (pool, k, p_k): the share p_k of GPU pods requesting k GE, per pool and fleet-wide.
 
     requests: GPU_REQUESTS (namespace, pod, pool, gpus), one row per GPU pod seen in the window
     (a repeated namespace/pod counts once, its last row). Pods without a pool ("") count in the
     fleet-wide mix only, which is keyed pool "" and is what a pool with no pods uses. Pods
     requesting no or unknown GE are not GPU pods. Sorted by pool, k; p_k sums to 1 per pool.
+    per_cluster: for a fleet of several clusters (pod names qualified "<cluster>/<pod>",
+    model.qualified), a cluster column first: each cluster's mixes, its pools' and its fleet-wide
+    row "", from its own pods only — as if it were read alone (pods never use another cluster's
+    GPUs). Sorted by cluster, pool, k; unqualified pods are cluster "".
     """
     GPU_REQUESTS.check(requests)
     pods = requests.drop_duplicates(["namespace", "pod"], keep="last")
     pods = pods[pods["gpus"] > 0]
+    pods = pods.assign(cluster=clusters_of(pods["pod"]) if per_cluster else "")
     pooled = pods[pods["pool"] != FLEET_POOL]
-    per_pool = pooled.groupby(["pool", "gpus"], as_index=False, sort=True).size()
-    fleet = pods.groupby("gpus", as_index=False, sort=True).size().assign(pool=FLEET_POOL)
+    per_pool = pooled.groupby(["cluster", "pool", "gpus"], as_index=False, sort=True).size()
+    fleet = pods.groupby(["cluster", "gpus"], as_index=False, sort=True).size().assign(pool=FLEET_POOL)
     counts = pd.concat([fleet, per_pool], ignore_index=True)
-    totals = counts.groupby("pool")["size"].transform("sum")
+    totals = counts.groupby(["cluster", "pool"])["size"].transform("sum")
     out = pd.DataFrame(
         {
+            "cluster": counts["cluster"].astype("str"),
             "pool": counts["pool"].astype("str"),
             "k": counts["gpus"].astype("float64"),
             "p_k": (counts["size"] / totals).astype("float64"),
         }
-    )
-    return out.sort_values(["pool", "k"], ignore_index=True)
+    ).sort_values(["cluster", "pool", "k"], ignore_index=True)
+    return out if per_cluster else out.drop(columns="cluster")
+
+
+def clusters_of(names: "pd.Series[Any]") -> "pd.Series[str]":
+    """model.cluster_of() of each node or pod name ("" when unqualified), a categorical worked out once
+    per distinct name: a per-sample frame repeats each node thousands of times."""
+    codes, uniques = pd.factorize(names)
+    # Code -1 (a missing name) picks the trailing "".
+    clusters = categorical_strings([*(cluster_of(str(n)) for n in uniques), ""], codes)
+    return clusters.set_axis(names.index)
 
 
 def fragmentation(free: pd.DataFrame, mix: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -58,7 +74,10 @@ def fragmentation(free: pd.DataFrame, mix: pd.DataFrame) -> tuple[pd.DataFrame, 
 
     free: SCHEDULABLE_FREE (timestamp, node, pool, schedulable_free_ge; 0 on unschedulable nodes).
     mix: REQUEST_MIX; a pool absent from it uses the fleet-wide mix (pool ""), and with no mix at
-    all nothing is fragmented.
+    all nothing is fragmented. With a cluster column (request_mix(per_cluster=True)) the same rule
+    holds per cluster: a node is weighed by its own cluster's mix (the cluster of its qualified
+    name) — its pool's, else that cluster's fleet-wide row, else nothing is fragmented — so a
+    cluster's F_n do not change with the other clusters read. The per-pool sums stay per pool.
     Returns per_node — timestamp, node, pool, schedulable_free_ge, fragmented_ge (F_n) — and per_pool
     — timestamp, pool, schedulable_free_ge (Σ free_n), fragmented_ge (Σ F_n), fragmentation_ratio
     (Σ F_n / Σ free_n, 0 when nothing is free). Σ F_n is the fragmented part of `stranded`; the
@@ -67,16 +86,26 @@ def fragmentation(free: pd.DataFrame, mix: pd.DataFrame) -> tuple[pd.DataFrame, 
     SCHEDULABLE_FREE.check(free)
     REQUEST_MIX.check(mix)
     free_ge = free["schedulable_free_ge"].to_numpy(dtype=np.float64)
-    pool_codes, pools = pd.factorize(free["pool"])
-    mixes = {str(p): m for p, m in mix.groupby("pool", sort=False)}
+    if "cluster" in mix.columns:
+        clusters = clusters_of(free["node"])
+    else:  # one mix for every node, whatever its cluster
+        mix = mix.assign(cluster="")
+        clusters = pd.Series("", index=free.index, dtype="str")
+    mixes = {(str(c), str(p)): m for (c, p), m in mix.groupby(["cluster", "pool"], sort=False)}
+    groups = free.groupby([clusters, free["pool"]], sort=False, observed=True).indices
     fragmented = np.zeros(len(free))
-    for code, pool in enumerate(pools):
-        pool_mix = mixes.get(str(pool), mixes.get(FLEET_POOL))
+    for key, rows in groups.items():
+        cluster, pool = (str(part) for part in cast(tuple[object, object], key))
+        pool_mix = mixes.get((cluster, pool), mixes.get((cluster, FLEET_POOL)))
         if pool_mix is None or not len(pool_mix):
             continue
-        rows = pool_codes == code
         fragmented[rows] = _fragmented(free_ge[rows], pool_mix)
     per_node = free[["timestamp", "node", "pool", "schedulable_free_ge"]].assign(fragmented_ge=fragmented)
+    return per_node.reset_index(drop=True), pool_fragmentation(per_node)
+
+
+def pool_fragmentation(per_node: pd.DataFrame) -> pd.DataFrame:
+    """fragmentation()'s per_pool of its per_node rows (some nodes' alone: a cluster's, say)."""
     per_pool = per_node.groupby(["timestamp", "pool"], as_index=False, sort=True)[
         ["schedulable_free_ge", "fragmented_ge"]
     ].sum()
@@ -87,7 +116,7 @@ def fragmentation(free: pd.DataFrame, mix: pd.DataFrame) -> tuple[pd.DataFrame, 
         out=np.zeros(len(per_pool)),
         where=total > EPSILON_GE,
     )
-    return per_node.reset_index(drop=True), per_pool.assign(fragmentation_ratio=ratio)
+    return per_pool.assign(fragmentation_ratio=ratio)
 
 
 def _fragmented(
@@ -147,8 +176,9 @@ def diagnose_pending(
     screens, placeable: PENDING_SCREENS and PLACEABLE_NODES of the same pods. as_of: the window's end
     (the report's "now"); no clock is read here.
     Fragmentation when the nodes the pod may use have ≥ k free GE in total on schedulable nodes but no
-    single node has k; capacity otherwise. Returns the pending columns plus pool_free_ge and
-    largest_free_block_ge (over the nodes it may use), waiting_seconds (as_of − created_at),
+    single node has k; capacity otherwise. In a fleet of several clusters those are the nodes of the
+    pod's own cluster (model.cluster_of of the qualified names). Returns the pending columns plus
+    pool_free_ge and largest_free_block_ge (over the nodes it may use), waiting_seconds (as_of − created_at),
     blocked_by, reason (in the user's words), node_affinity, tolerations and scheduler_message, sorted
     by waiting_seconds descending.
     """
@@ -158,9 +188,12 @@ def diagnose_pending(
     PLACEABLE_NODES.check(placeable)
     last = last_sample(free_at_last_sample)
     free = placeable.merge(last[["node", "schedulable_free_ge"]], on="node", how="left")
-    per_group = free.groupby("group")["schedulable_free_ge"].agg(["sum", "max", "size"])
+    # A pod may use its own cluster's nodes only (in a fleet of several, qualified names say which).
+    free["cluster"] = clusters_of(free["node"])
+    per_group = free.groupby(["group", "cluster"])["schedulable_free_ge"].agg(["sum", "max", "size"])
     screened = pending.merge(screens, on=["namespace", "pod"], how="left", validate="one_to_one")
-    stats = per_group.reindex(screened["group"].to_numpy()).fillna(0.0)
+    keys = pd.MultiIndex.from_arrays([screened["group"].to_numpy(), clusters_of(screened["pod"]).to_numpy()])
+    stats = per_group.reindex(keys).fillna(0.0)
     total = stats["sum"].to_numpy(dtype=np.float64)
     largest = stats["max"].to_numpy(dtype=np.float64)
     k = screened["gpus"].to_numpy(dtype=np.float64)

@@ -22,6 +22,7 @@ from gpuwatch.model import (
     Placement,
     Pod,
     Taint,
+    cluster_of,
     product_label,
 )
 from gpuwatch.schema import PENDING_SCREENS, PLACEABLE_NODES
@@ -118,16 +119,21 @@ def screen_pending(pods: Sequence[Pod], nodes: Sequence[Node]) -> tuple[pd.DataF
     Returns PENDING_SCREENS (namespace, pod, group, blocked_by — affinity, taint, mig_profile, quota
     or "" when free GPUs decide —, detail, node_affinity, tolerations, scheduler_message) and
     PLACEABLE_NODES (group, node): the nodes each group of pods asking the same may use. Pods are
-    grouped by what they ask, so the nodes are screened once per group, not once per pod.
+    grouped by what they ask, so the nodes are screened once per group, not once per pod. In a fleet of
+    several clusters a pod is screened against its own cluster's nodes alone (model.cluster_of).
     """
     groups: dict[Hashable, tuple[int, _Verdict]] = {}
+    own: dict[str, list[Node]] = {}  # each cluster's nodes
+    for node in nodes:
+        own.setdefault(cluster_of(node.name), []).append(node)
     rows = []
     for pod in pods:
         placement = placement_of(pod)
         resources = sorted(pod.gpu_requests)
-        key = _signature(placement, resources)
+        cluster = cluster_of(pod.name)
+        key = (cluster, _signature(placement, resources))
         if key not in groups:
-            groups[key] = (len(groups), _screen(placement, resources, nodes))
+            groups[key] = (len(groups), _screen(placement, resources, own.get(cluster, [])))
         group, verdict = groups[key]
         blocked_by, detail = verdict.blocked_by, verdict.detail
         if not blocked_by and KUEUE_ADMISSION_GATE in placement.scheduling_gates:

@@ -5,7 +5,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from gpuwatch.analysis import Analysis
+from gpuwatch.analysis import Analysis, pool_fragmentation
 from gpuwatch.model import LEDGER_STATES, Window, cluster_of
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues
 from gpuwatch.report import report_and_queues
@@ -177,9 +177,9 @@ def filter_analysis(analysis: Analysis, scope: Scope) -> Analysis:
         return frame[frame["node"].isin(names)].reset_index(drop=True) if by_nodes else frame
 
     marked, pending, per_pool = on_nodes(analysis.marked), analysis.pending, analysis.per_pool
-    if by_nodes:
+    if by_nodes:  # a pool's fragmentation over the scope's nodes (a cluster's, of a pool spanning several)
         pending = pending[pending["pool"].isin(pools)]
-        per_pool = per_pool[per_pool["pool"].isin(pools)].reset_index(drop=True)
+        per_pool = pool_fragmentation(on_nodes(analysis.free))
     if scope.clusters:  # a pending pod is its cluster's (its qualified name says which)
         pending = pending[pending["pod"].map(cluster_of).isin(scope.clusters)]
     if scope.teams:
