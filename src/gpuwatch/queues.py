@@ -26,6 +26,7 @@ from gpuwatch.model import (
     Node,
     TeamRules,
     Window,
+    cluster_of,
     ge_per_unit,
     is_gpu_resource,
     normalize_product,
@@ -98,10 +99,12 @@ def queue_setup(
     namespace_labels: Mapping[str, Mapping[str, str]],
 ) -> QueueSetup:
     """The frames of Kueue's objects. A flavor's pool is the product its nodeLabels name
-    (nvidia.com/gpu.product), else the pool of most of the nodes it selects; a quantity of a GPU
-    resource is in GE as the flavor's nodes offer it (a time-sliced replica 1/replicas). A workload's
-    team is its namespace's; a ClusterQueue's the team of most of its LocalQueues (its own name without
-    one). Quota of a flavor no node backs is left out, with one warning naming it."""
+    (nvidia.com/gpu.product), else the pool of most of the nodes it selects (of its own cluster: in a
+    fleet of several, Kueue's objects and the nodes are named by their cluster, model.qualified); a
+    quantity of a GPU resource is in GE as the flavor's nodes offer it (a time-sliced replica
+    1/replicas). A workload's team is its namespace's; a ClusterQueue's the team of most of its
+    LocalQueues (its own name without one). Quota of a flavor no node backs is left out, with one
+    warning naming it."""
     if not kueue.installed:
         return no_queues()
     warnings = list(kueue.warnings)
@@ -138,7 +141,8 @@ def queue_setup(
                 {
                     "cluster_queue": cq.name,
                     "cohort": cq.cohort,
-                    "team": teams.get(cq.name, cq.name),
+                    # No LocalQueue: the queue's own name, not qualified (a team spans the clusters).
+                    "team": teams.get(cq.name, cq.name.rpartition("/")[2]),
                     "pool": pool,
                     "nominal_gpus": quota.nominal * ge,
                     "borrowing_limit_gpus": quota.borrowing_limit * ge,
@@ -198,7 +202,10 @@ def _flavor_pools(kueue: KueueState, nodes: Sequence[Node]) -> tuple[dict[str, s
     pools: dict[str, str] = {}
     replicas: dict[str, int] = {}
     for flavor in kueue.flavors:
-        selected = [n for n in nodes if flavor.selects(n.labels)]
+        # A flavor stands for nodes of its own cluster only: in a fleet of several clusters (its name and
+        # theirs qualified by their cluster) another cluster's nodes may carry the very same labels.
+        cluster = cluster_of(flavor.name)
+        selected = [n for n in nodes if cluster_of(n.name) == cluster and flavor.selects(n.labels)]
         if flavor.product:
             pools[flavor.name] = normalize_product(flavor.product)
         elif selected:
@@ -290,7 +297,9 @@ def queue_tables(
     blocked = blocked_vs_idle(pending_waits, idle)
     if unread:  # unknown, never 0: the nulls say so (a summary reads no workload row, by design)
         blocked = blocked.assign(idle_allocated_gpus=np.nan, idle_holders="")
-    demand = blocked.loc[blocked["pending_gpus"] > 0, "pool"]
+    waiting = pending_waits.drop_duplicates(["namespace", "pod"], keep="last")
+    waiting = waiting[waiting["gpus"] > 0]  # (cluster, pool) of each pod waiting for GPUs
+    demand = zip(waiting["pod"].astype("str").map(cluster_of), waiting["pool"].astype("str"), strict=True)
     at_end = prices[prices["timestamp"] <= pd.Timestamp(utc(end))]
     reclaim = reclaim_candidates(
         idle, usage, demand, at_end, as_of=end, min_idle_seconds=reclaim_after_seconds

@@ -24,6 +24,7 @@ from gpuwatch.sources.clustercache import ClusterCache, KueueCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.kueue import kueue_state as kueue_state
+from gpuwatch.sources.kueue import merge_kueue_states
 from gpuwatch.sources.kueue import state_from_raw as kueue_from_raw
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
 from gpuwatch.sources.simulated.demo import (
@@ -207,7 +208,19 @@ class MultiClusterSources:
         return self._merged(lambda m: m.node_state(namespaces=namespaces))
 
     def kueue_state(self) -> KueueState:
-        return KueueState()  # Kueue's queues are read in a fleet of one cluster only (see docs/metrics.md)
+        """Each cluster's Kueue objects under names qualified by it (its queues, cohorts and flavors are its
+        own, merge_kueue_states). A cluster whose Kueue cannot be read is left out, named in a warning; a
+        KubernetesError naming those clusters only when no cluster with Kueue was read."""
+        states: dict[str, KueueState] = {}
+        unread: dict[str, str] = {}
+        for name, member in self.members.items():
+            try:
+                states[name] = member.kueue_state()
+            except KubernetesError as e:
+                unread[name] = str(e)
+        if unread and not any(s.installed for s in states.values()):
+            raise KubernetesError("; ".join(f"cluster {c}: {why}" for c, why in unread.items()))
+        return merge_kueue_states(states, unread)
 
     def gpu_samples(self, window: Window, state: ClusterState) -> pd.DataFrame:
         """Each cluster's samples from its own store; one whose store fails adds none (its GPU-hours are

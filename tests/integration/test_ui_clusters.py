@@ -24,7 +24,8 @@ class DownSources(SimulatedSources):
     def cluster_state(self) -> ClusterState:
         raise KubernetesError("kubernetes API at https://10.9.0.1:6443 unreachable: connection refused")
 
-    node_state = cluster_state  # type: ignore[assignment]
+    def node_state(self, *, namespaces: bool = False) -> ClusterState:
+        return self.cluster_state()
 
 
 def test_the_cluster_filter_table_and_banner() -> None:

@@ -532,7 +532,12 @@ def test_reclaim_candidates_borrowers_first_then_dollars() -> None:
         AS_OF,
     )
     out = reclaim_candidates(
-        idle_before(AS_OF), USAGE, [H, A], RATES, as_of=AS_OF.to_pydatetime(), min_idle_seconds=3600.0
+        idle_before(AS_OF),
+        USAGE,
+        [("", H), ("", A)],
+        RATES,
+        as_of=AS_OF.to_pydatetime(),
+        min_idle_seconds=3600.0,
     )
     assert_frame_equal(out, expected, **EXACT)
 
@@ -553,7 +558,7 @@ def test_reclaim_reads_the_latest_sample_and_any_pool_demand() -> None:
         as_of,
     )
     out = reclaim_candidates(
-        idle_before(as_of), USAGE, [""], RATES, as_of=as_of.to_pydatetime(), min_idle_seconds=3600.0
+        idle_before(as_of), USAGE, [("", "")], RATES, as_of=as_of.to_pydatetime(), min_idle_seconds=3600.0
     )
     assert_frame_equal(out, expected, **EXACT)
 
@@ -568,7 +573,12 @@ def test_empty_inputs_give_empty_frames_with_the_columns() -> None:
     assert_frame_equal(fairness(TEAM_ALLOCATED_HOURS.empty(), TEAM_QUOTA_HOURS.empty()), FAIRNESS.empty())
     assert_frame_equal(blocked_vs_idle(PENDING_WAITS.empty(), IDLE_PODS.empty()), BLOCKED_VS_IDLE.empty())
     out = reclaim_candidates(
-        IDLE_PODS.empty(), QUEUE_USAGE.empty(), [H], POOL_PRICES.empty(), as_of=AS_OF, min_idle_seconds=0.0
+        IDLE_PODS.empty(),
+        QUEUE_USAGE.empty(),
+        [("", H)],
+        POOL_PRICES.empty(),
+        as_of=AS_OF,
+        min_idle_seconds=0.0,
     )
     assert_frame_equal(out, RECLAIM_CANDIDATES.empty())
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from gpuwatch.analytics.ledger import EPSILON_GE, SECONDS_PER_HOUR
 from gpuwatch.errors import DataError
-from gpuwatch.model import utc
+from gpuwatch.model import cluster_of, utc
 from gpuwatch.schema import (
     ADMISSION_TIMES,
     BLOCKED_VS_IDLE,
@@ -489,7 +489,7 @@ def _gpus_text(gpus: float) -> str:
 def reclaim_candidates(
     idle: pd.DataFrame,
     usage_now: pd.DataFrame,
-    pending_pools: Iterable[str],
+    pending_pools: Iterable[tuple[str, str]],
     rates_now: pd.DataFrame,
     *,
     as_of: datetime,
@@ -499,25 +499,30 @@ def reclaim_candidates(
 
     idle: IDLE_PODS (the pods idle-allocated now). usage_now: QUEUE_USAGE; only its rows at its last
     sample at or before as_of are read (pass a whole window or just that sample). pending_pools: the
-    pools with pending GPU demand (e.g. blocked_vs_idle rows with pending_gpus > 0); "" among them (a
-    pod without a product selector) makes every pool qualify. rates_now: POOL_PRICES, priced at as_of.
+    (cluster, pool) pairs with pending GPU demand, the cluster of the pending pod's name (model.cluster_of:
+    "" in a fleet of one; pods never take another cluster's GPUs); pool "" (a pod without a product
+    selector) makes every pool of its cluster qualify. rates_now: POOL_PRICES, priced at as_of.
 
     A row per idle pod idle for at least min_idle_seconds at as_of (idle_seconds = as_of − idle_since;
     exactly the threshold is included) in a pool with pending demand, with IDLE_PODS' columns plus
     idle_seconds, usd_per_hour = gpus × the pool's price in force at as_of (NaN unknown),
     idle_usd_so_far = usd_per_hour × idle_seconds / 3600 (today's price for the whole stretch),
     cluster_queue = the ClusterQueue of the pod's team in its pool (the team a quota row gives each
-    queue; several joined by ", "; "" for none) and borrowing = that queue borrows in that pool now
-    (borrowed_gpus > 0; False for no queue or unknown). Sorted borrowing first, then idle_usd_so_far
-    descending (NaN last), then namespace, pod.
+    queue; several joined by ", "; "" for none) of the pod's own cluster (in a fleet of several, pods
+    and queues are named by their cluster: model.cluster_of) and borrowing = that queue borrows in that
+    pool now (borrowed_gpus > 0; False for no queue or unknown). Sorted borrowing first, then
+    idle_usd_so_far descending (NaN last), then namespace, pod.
     """
     IDLE_PODS.check(idle)
     QUEUE_USAGE.check(usage_now)
     POOL_PRICES.check(rates_now)
     now = pd.Timestamp(utc(as_of))
-    demand = {str(p) for p in pending_pools}
+    demand = pd.MultiIndex.from_tuples([(str(c), str(p)) for c, p in pending_pools], names=["c", "p"])
     idle_seconds = (now - idle["idle_since"]).dt.total_seconds()
-    in_demand = idle["pool"].isin(demand) | (ANY_POOL in demand)
+    clusters = idle["pod"].astype("str").map(cluster_of).astype("str")
+    pools = idle["pool"].astype("str")
+    in_demand = pd.MultiIndex.from_arrays([clusters, pools]).isin(demand)
+    in_demand |= pd.MultiIndex.from_arrays([clusters, pd.Series(ANY_POOL, index=idle.index)]).isin(demand)
     kept = (idle_seconds >= min_idle_seconds) & in_demand
     chosen = idle[kept]
     if not len(chosen):
@@ -532,7 +537,8 @@ def reclaim_candidates(
         idle_seconds=seconds,
         usd_per_hour=per_hour,
         idle_usd_so_far=per_hour * seconds / SECONDS_PER_HOUR,
-    ).merge(queues, on=["team", "pool"], how="left")
+        cluster=chosen["pod"].astype("str").map(cluster_of).astype("str"),
+    ).merge(queues, on=["cluster", "team", "pool"], how="left")
     out["cluster_queue"] = out["cluster_queue"].fillna("").astype("str")
     out["borrowing"] = out["borrowing"].fillna(False).astype("bool")
     out = out.sort_values(
@@ -546,18 +552,20 @@ def reclaim_candidates(
 
 
 def _team_queues(usage: pd.DataFrame, now: pd.Timestamp) -> pd.DataFrame:
-    """team, pool → cluster_queue (names joined by ", ") and borrowing, at the last sample by now."""
+    """cluster, team, pool → cluster_queue (names joined by ", ") and borrowing, at the last sample by
+    now."""
     usage = usage[usage["timestamp"] <= now]
     latest = usage[usage["timestamp"] == usage["timestamp"].max()]
     rows = pd.DataFrame(
         {
+            "cluster": latest["cluster_queue"].astype("str").map(cluster_of).astype("str").to_numpy(),
             "team": latest["team"].astype("str").to_numpy(),
             "pool": latest["pool"].astype("str").to_numpy(),
             "cluster_queue": latest["cluster_queue"].astype("str").to_numpy(),
             "borrowing": (latest["borrowed_gpus"] > EPSILON_GE).to_numpy(),
         }
     ).sort_values("cluster_queue")
-    grouped = rows.groupby(["team", "pool"], sort=True)
+    grouped = rows.groupby(["cluster", "team", "pool"], sort=True)
     queues = pd.DataFrame(
         {"cluster_queue": grouped["cluster_queue"].agg(", ".join), "borrowing": grouped["borrowing"].any()}
     )

@@ -3,12 +3,13 @@ Workloads as model objects, GPU resources only.
 
 Kueue serves v1beta2 (its storage version since 0.16) and, deprecated, v1beta1; gpuwatch reads v1beta2 when
 the server offers it and v1beta1 otherwise (Kueue before 0.15). The two differ in nothing read here but the
-ClusterQueue's cohort (spec.cohortName, spec.cohort in v1beta1), so one parser reads both.
+ClusterQueue's cohort (spec.cohortName, spec.cohort in v1beta1), so one parser reads both. In a fleet of
+several clusters each cluster's objects are its own, named as its nodes are ("eu-1/research").
 """
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from gpuwatch.model import (
     ResourceFlavor,
     Workload,
     is_gpu_resource,
+    qualified,
 )
 from gpuwatch.sources.kubernetes import (
     JsonObject,
@@ -141,6 +143,78 @@ def state_from_parsed(
         warnings=tuple(problems.messages),
         skipped=problems.count,
         list_restarts=list_restarts,
+    )
+
+
+def merge_kueue_states(states: Mapping[str, KueueState], unread: Mapping[str, str]) -> KueueState:
+    """Several clusters' Kueue objects as one fleet's, each cluster's under names qualified by it
+    (in_cluster()); installed when any cluster's Kueue is (one without Kueue adds nothing). unread: the
+    clusters whose Kueue could not be read (cluster -> why), each named in a warning."""
+    read = {c: in_cluster(s, c) for c, s in states.items() if s.installed}
+    return KueueState(
+        installed=bool(read),
+        version=", ".join(sorted({s.version for s in read.values()})),
+        flavors=tuple(f for s in read.values() for f in s.flavors),
+        cohorts=tuple(c for s in read.values() for c in s.cohorts),
+        cluster_queues=tuple(q for s in read.values() for q in s.cluster_queues),
+        local_queues=tuple(q for s in read.values() for q in s.local_queues),
+        workloads=tuple(w for s in read.values() for w in s.workloads),
+        warnings=(
+            *(w for s in read.values() for w in s.warnings),
+            *(f"cluster {c}: Kueue not read ({why}); its queues are left out" for c, why in unread.items()),
+        ),
+        skipped=sum(s.skipped for s in read.values()),
+        list_restarts=sum(s.list_restarts for s in read.values()),
+    )
+
+
+Flavored = TypeVar("Flavored", FlavorQuota, FlavorUsage)
+
+
+def in_cluster(state: KueueState, cluster: str) -> KueueState:
+    """A cluster's Kueue objects under names qualified by it ("eu-1/research", as its nodes and pods are
+    named in a fleet of several clusters): its ResourceFlavors, Cohorts, ClusterQueues, LocalQueues,
+    Workloads and the objects they name, so none is taken for another cluster's of the same name.
+    Namespaces stay as they are (a namespace spans the clusters); its warnings name the cluster."""
+
+    def q(name: str) -> str:
+        return qualified(cluster, name)
+
+    def flavored(items: tuple[Flavored, ...]) -> tuple[Flavored, ...]:
+        return tuple(replace(i, flavor=q(i.flavor)) for i in items)
+
+    return replace(
+        state,
+        flavors=tuple(replace(f, name=q(f.name)) for f in state.flavors),
+        cohorts=tuple(
+            replace(c, name=q(c.name), parent=q(c.parent), quotas=flavored(c.quotas)) for c in state.cohorts
+        ),
+        cluster_queues=tuple(
+            replace(
+                cq,
+                name=q(cq.name),
+                cohort=q(cq.cohort),
+                quotas=flavored(cq.quotas),
+                usage=flavored(cq.usage),
+                reserved=flavored(cq.reserved),
+            )
+            for cq in state.cluster_queues
+        ),
+        local_queues=tuple(
+            replace(lq, name=q(lq.name), cluster_queue=q(lq.cluster_queue)) for lq in state.local_queues
+        ),
+        workloads=tuple(
+            replace(
+                w,
+                name=q(w.name),
+                queue_name=q(w.queue_name),
+                cluster_queue=q(w.cluster_queue),
+                flavors={r: q(f) for r, f in w.flavors.items()},
+                owner_name=q(w.owner_name),  # the pod a Pod-owned Workload gates is named so in the fleet
+            )
+            for w in state.workloads
+        ),
+        warnings=tuple(f"cluster {cluster}: {w}" for w in state.warnings),
     )
 
 

@@ -10,6 +10,7 @@ import dash
 import pandas as pd
 from dash import Input, Output, callback, html
 
+from gpuwatch.model import cluster_of
 from gpuwatch.schema import QUEUE_ROWS, RECLAIM_CANDIDATES
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
@@ -147,12 +148,15 @@ def _usage(view: View) -> pd.DataFrame:
 
 
 def queue_rows(view: View) -> list[dict[str, Any]]:
-    """The report's queues the filters keep: under a team filter the teams' queues, under a pool or
-    product filter the queues with a quota (even of none) or GPUs in use there (their numbers stay over
-    all their pools)."""
+    """The report's queues the filters keep: under a cluster filter the clusters' queues, under a team
+    filter the teams' queues, under a pool or product filter the queues with a quota (even of none) or GPUs
+    in use there (their numbers stay over all their pools)."""
     if not installed(view):
         return []
     rows: list[dict[str, Any]] = view.queue_report().get("queues", [])
+    clusters = set(view.scope.clusters)
+    if clusters:  # a queue is its cluster's (its qualified name says which)
+        rows = [r for r in rows if cluster_of(r["cluster_queue"]) in clusters]
     teams = set(view.scope.teams)
     if teams:
         rows = [r for r in rows if r["team"] in teams]
