@@ -1,6 +1,8 @@
 """The simulated fleet's history as Prometheus would hold it: DCGM series, gpuwatch_* series and the hourly
 and daily roll-ups the recording rules make of them, in one OpenMetrics file or straight into a TSDB
-directory.
+directory. With a cluster name, every series carries cluster="<name>", as in a store shared by several
+clusters (the DCGM ones as each cluster's Prometheus adds its external label, the gpuwatch_* ones as
+`gpuwatch export` stamps them, the roll-ups as the recording rules keep it).
 
 A month of a large fleet is far too big for one OpenMetrics file, and parsing its text was most of
 promtool's time. So into a TSDB directory the history goes one 2 h block at a time, with `workers`
@@ -26,7 +28,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from gpuwatch.config import Settings
+from gpuwatch.config import Settings, is_cluster_name
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Window
 from gpuwatch.series import Family, series_codes, write_openmetrics
@@ -57,6 +59,7 @@ class _Job:
     promtool: str | None
     tsdb: Path
     scratch: Path
+    external_labels: tuple[tuple[str, str], ...]
 
 
 # Set by write_tsdb before it forks its workers, which inherit them (a fleet is never pickled).
@@ -73,12 +76,15 @@ def write_simulated_backfill(
     dcgm: bool = True,
     gpuwatch_series: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    cluster: str | None = None,
 ) -> int:
     """Write an OpenMetrics backfill of the simulated fleet; returns the number of samples written.
 
     With gpuwatch_series, the gpuwatch_* history is appended as if `gpuwatch export` had run all along
-    (what long-window reports, recording rules and dashboards read).
+    (what long-window reports, recording rules and dashboards read). With a cluster name, every series
+    carries cluster="<name>" (cluster_labels).
     """
+    cluster_labels(cluster)  # a bad name fails before the fleet is built and the file written
     fleet = params.build()
     with open(path, "w", encoding="utf-8") as out:
         return write_fleet_backfill(
@@ -89,6 +95,7 @@ def write_simulated_backfill(
             dcgm=dcgm,
             gpuwatch_series=gpuwatch_series,
             progress=progress,
+            cluster=cluster,
         )
 
 
@@ -102,26 +109,60 @@ def write_fleet_backfill(
     gpuwatch_series: bool = True,
     progress: Callable[[int, int], None] | None = None,
     settings: Settings | None = None,
+    cluster: str | None = None,
 ) -> int:
     """DCGM series as Prometheus stores them and, optionally, gpuwatch's own series with their hourly and
-    daily roll-ups, one OpenMetrics file.
+    daily roll-ups, one OpenMetrics file; returns the number of samples written.
 
     gpuwatch's series come from one analysis of the whole window (fragmentation under its request mix)
     with `settings` (the demo's when None); a fleet too large for that is written block by block with
-    backfill.write_tsdb.
+    backfill.write_tsdb. With a cluster name, every series carries cluster="<name>" (cluster_labels).
     """
+    external = cluster_labels(cluster)
     n = 0
     if dcgm:
-        n += write_backfill(fleet, out, layout=layout, metrics=metrics, progress=progress, end_of_file=False)
+        n += write_backfill(
+            fleet,
+            out,
+            layout=layout,
+            metrics=metrics,
+            progress=progress,
+            end_of_file=False,
+            external_labels=external,
+        )
     if gpuwatch_series:
         # Samples sit mid-interval like the DCGM ones, so avg_over_time(x[step]) at t_i + step reads sample i.
-        families = history_families(history_service(fleet, settings), fleet.window)
+        families = stamped(history_families(history_service(fleet, settings), fleet.window), external)
         half = fleet.window.step_seconds / 2
         n += write_openmetrics(families, out, offset_seconds=half, end_of_file=False)
-        hourly = rollup_families(families, offset_seconds=half)
-        n += write_openmetrics([*hourly, *day_rollup_families(hourly)], out, end_of_file=False)
+        hourly = rollup_families(families, offset_seconds=half, external_labels=external)
+        n += write_openmetrics(
+            [*hourly, *day_rollup_families(hourly, external_labels=external)], out, end_of_file=False
+        )
     out.write("# EOF\n")
     return n
+
+
+def cluster_labels(cluster: str | None) -> tuple[tuple[str, str], ...]:
+    """The external labels of a cluster's series: ((promql.CLUSTER_LABEL, cluster),), none for None. The
+    name is one a `clusters:` list can hold, so that gpuwatch can read the series back by it."""
+    if cluster is None:
+        return ()
+    if not is_cluster_name(cluster):
+        raise ConfigError(f"a cluster name is a-z, 0-9, '-', '.', '_' (as in clusters:), got {cluster!r}")
+    return ((promql.CLUSTER_LABEL, cluster),)
+
+
+def stamped(families: Sequence[Family], external_labels: Sequence[tuple[str, str]]) -> list[Family]:
+    """The families with the external labels after their own (columns of one value each), as `gpuwatch
+    export` stamps its cluster label on every series; the families themselves when there are none."""
+    if not external_labels:
+        return list(families)
+    names = tuple(name for name, _ in external_labels)
+    return [
+        Family(f.name, f.help, (*f.labels, *names), f.samples.assign(**dict(external_labels)))
+        for f in families
+    ]
 
 
 def rollup_families(
@@ -130,13 +171,16 @@ def rollup_families(
     offset_seconds: float,
     after: datetime | None = None,
     until: datetime | None = None,
+    external_labels: Sequence[tuple[str, str]] = (),
 ) -> list[Family]:
     """The hourly roll-ups (promql.ROLLUPS) Prometheus's recording rules make of these samples (written at
     their timestamp + offset), evaluated on whole UTC hours: at hour h, per series, its grid function over
     the ROLLUP_GRID_SECONDS grid points in (h − 1 h, h], one copy per grid point (the mean of its samples
-    there, or the last); only those above 0 of promql.NONZERO_ROLLUPS. Only grid points in (after, until]
-    count, so blocks written apart give each hour once; the evaluation marker is written at every hour
-    those grid points reach."""
+    there, or the last); only those above 0 of promql.NONZERO_ROLLUPS. A series is its family's labels
+    and, where the samples have them, promql.RULE_KEEP_LABELS (cluster), as the rules keep. Only grid
+    points in (after, until] count, so blocks written apart give each hour once; the evaluation marker is
+    written at every hour those grid points reach, with the external labels of the Prometheus evaluating
+    the rules."""
     grid_ms = promql.ROLLUP_GRID_SECONDS * 1000
     hour_ms = promql.ROLLUP_SECONDS * 1000
     low = -np.inf if after is None else after.timestamp() * 1000
@@ -149,7 +193,8 @@ def rollup_families(
         if family is None or family.samples.empty:
             continue
         samples = family.samples
-        labels = [label for label in promql.FAMILY_LABELS[metric] if label in samples.columns]
+        kept = (*promql.FAMILY_LABELS[metric], *promql.RULE_KEEP_LABELS)
+        labels = [label for label in kept if label in samples.columns]
         ms = samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy() + round(offset_seconds * 1000)
         grid = -(-ms // grid_ms) * grid_ms
         keep = (grid > low) & (grid <= high)
@@ -188,7 +233,10 @@ def rollup_families(
         marker = pd.DataFrame(
             {"timestamp": pd.to_datetime(marks, unit="ms", utc=True), "value": marks / 1000}
         )
-        out.append(Family(promql.ROLLUP_MARKER, "When the hourly roll-ups were evaluated.", (), marker))
+        out += stamped(
+            [Family(promql.ROLLUP_MARKER, "When the hourly roll-ups were evaluated.", (), marker)],
+            external_labels,
+        )
     return out
 
 
@@ -197,12 +245,15 @@ def rollup_families(
 DAY_EVALUATION_SECONDS = 23 * 3600 + 1800
 
 
-def day_rollup_families(hourly: Sequence[Family]) -> list[Family]:
+def day_rollup_families(
+    hourly: Sequence[Family], *, external_labels: Sequence[tuple[str, str]] = ()
+) -> list[Family]:
     """The daily roll-ups the gpuwatch.rollup.daily rules make of these hourly ones, evaluated every day
-    at DAY_EVALUATION_SECONDS after midnight UTC: per series, the sum (or the last) of its hourly samples
-    evaluated in (D − lag − 1 d, D − lag] (the highest, for promql.POD_NEED_ROLLUPS). Only days evaluated
-    by the last hour given (+ lag) are written, so blocks written apart give each day once when each
-    holds the hours of whole UTC days."""
+    at DAY_EVALUATION_SECONDS after midnight UTC: per series (the hourly one's labels), the sum (or the
+    last) of its hourly samples evaluated in (D − lag − 1 d, D − lag] (the highest, for
+    promql.POD_NEED_ROLLUPS). Only days evaluated by the last hour given (+ lag) are written, so blocks
+    written apart give each day once when each holds the hours of whole UTC days. The evaluation marker
+    has the external labels of the Prometheus evaluating the rules."""
     day_ms, lag_ms = promql.DAY_SECONDS * 1000, promql.DAY_ROLLUP_LAG_SECONDS * 1000
     phase_ms = DAY_EVALUATION_SECONDS * 1000
     out: list[Family] = []
@@ -237,7 +288,10 @@ def day_rollup_families(hourly: Sequence[Family]) -> list[Family]:
         marker = pd.DataFrame(
             {"timestamp": pd.to_datetime(marks, unit="ms", utc=True), "value": marks / 1000}
         )
-        out.append(Family(promql.DAY_ROLLUP_MARKER, "When the daily roll-ups were evaluated.", (), marker))
+        out += stamped(
+            [Family(promql.DAY_ROLLUP_MARKER, "When the daily roll-ups were evaluated.", (), marker)],
+            external_labels,
+        )
     return out
 
 
@@ -265,8 +319,12 @@ def write_tsdb(
     gpuwatch_series: bool = True,
     workers: int = 2,
     progress: Callable[[int, int], None] | None = None,
+    cluster: str | None = None,
 ) -> TsdbBackfill:
-    """Write the fleet's history (DCGM series and/or gpuwatch_* series) as TSDB blocks into `tsdb`."""
+    """Write the fleet's history (DCGM series and/or gpuwatch_* series) as TSDB blocks into `tsdb`; returns
+    how many samples and 2 h ranges were written. With a cluster name, every series carries
+    cluster="<name>" (cluster_labels)."""
+    external = cluster_labels(cluster)
     promtool = shutil.which("promtool") if dcgm else None
     if dcgm and promtool is None:
         raise ConfigError("promtool not found on PATH (Debian and Ubuntu: apt install prometheus)")
@@ -276,7 +334,7 @@ def write_tsdb(
     tasks = _day_tasks(ranges, fleet.window.step_seconds / 2)
     samples = done = 0
     with tempfile.TemporaryDirectory(prefix="gpuwatch-backfill-") as scratch:
-        job = _Job(layout, metrics, dcgm, gpuwatch_series, promtool, target, Path(scratch))
+        job = _Job(layout, metrics, dcgm, gpuwatch_series, promtool, target, Path(scratch), external)
         global _FLEET, _JOB
         _FLEET, _JOB = fleet, job
         try:
@@ -309,13 +367,19 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int]:
     samples = 0
     half = fleet.window.step_seconds / 2
     if job.gpuwatch_series:
-        families = _task_families(fleet, ranges)
+        families = stamped(_task_families(fleet, ranges), job.external_labels)
         # Roll-ups evaluated in the task's blocks [T0, T1) on the hour: of grid points in
         # (T0 − 1 h, T1 − 1 h].
         hour = timedelta(seconds=promql.ROLLUP_SECONDS)
         first, end = ranges[0][0] + timedelta(seconds=half), ranges[-1][1] + timedelta(seconds=half)
-        rollups = rollup_families(families, offset_seconds=half, after=first - hour, until=end - hour)
-        rollups += day_rollup_families(rollups)
+        rollups = rollup_families(
+            families,
+            offset_seconds=half,
+            after=first - hour,
+            until=end - hour,
+            external_labels=job.external_labels,
+        )
+        rollups += day_rollup_families(rollups, external_labels=job.external_labels)
         table = sample_table([(f, half) for f in families] + [(f, 0.0) for f in rollups])
         del families, rollups
         for a, _ in ranges:
@@ -325,7 +389,14 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int]:
         for a, b in ranges:
             path = job.scratch / f"block-{int(a.timestamp())}.om"
             with path.open("w", encoding="utf-8") as out:
-                samples += write_backfill(fleet, out, layout=job.layout, metrics=job.metrics, between=(a, b))
+                samples += write_backfill(
+                    fleet,
+                    out,
+                    layout=job.layout,
+                    metrics=job.metrics,
+                    between=(a, b),
+                    external_labels=job.external_labels,
+                )
             _import(job, path)
     return samples, len(ranges)
 

@@ -167,6 +167,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out gpuwatch's own history (gpuwatch_* series)",
     )
+    backfill.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help='label every series cluster="NAME", as one of several clusters sharing a Prometheus',
+    )
     backfill.set_defaults(handler=_cmd_backfill)
 
     metrics = sim_sub.add_parser("metrics", parents=[fleet_args], help="serve dcgm-exporter /metrics")
@@ -424,16 +429,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
-    from gpuwatch.backfill import write_simulated_backfill, write_tsdb
+    from gpuwatch.backfill import cluster_labels, write_simulated_backfill, write_tsdb
 
     if args.no_dcgm and args.no_gpuwatch_series:
         raise ConfigError("--no-dcgm with --no-gpuwatch-series leaves nothing to write")
+    cluster_labels(args.cluster)  # a bad name fails before the fleet is built
     progress = ProgressBar("backfill", sys.stderr)
     what: dict[str, Any] = {
         "layout": args.layout,
         "metrics": args.metrics,
         "dcgm": not args.no_dcgm,
         "gpuwatch_series": not args.no_gpuwatch_series,
+        "cluster": args.cluster,
     }
     try:
         if args.tsdb:

@@ -117,6 +117,11 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _CLUSTER_NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
 
 
+def is_cluster_name(name: object) -> bool:
+    """Whether `name` can name a cluster of a `clusters:` list (a-z, 0-9, '-', '.', '_')."""
+    return isinstance(name, str) and bool(_CLUSTER_NAME.match(name))
+
+
 def load_settings(
     *,
     config_path: str | None = None,
@@ -152,7 +157,7 @@ def _clusters(value: Any, settings: Settings) -> tuple[ClusterSettings, ...]:
         where = f"clusters[{k}]"
         entry = _fields(where, item, ("name",), _CLUSTER_KEYS)
         name = entry["name"]
-        if not isinstance(name, str) or not _CLUSTER_NAME.match(name):
+        if not is_cluster_name(name):
             raise ConfigError(
                 f"config: {where}.name must be a cluster name (a-z, 0-9, '-', '.', '_'), got {name!r}"
             )
