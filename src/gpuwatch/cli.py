@@ -354,7 +354,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
             queues = aside.submit(service.queue_setup)
             try:
                 detail = detail_written(args.format, group_by=args.group_by)
-                history = read_history(service.settings, window, detail=detail)
+                store = service.sources.recorded()
+                history = read_history(service.settings, window, store=store, detail=detail)
                 report = build_history_report(history, health=health.result(), queues=queues.result())
             except NoHistoryError as e:
                 if args.source == "history":

@@ -25,9 +25,9 @@ from gpuwatch.service import (
     LiveSources,
     MultiClusterSources,
     SimulatedSources,
-    qualified_rows,
 )
 from gpuwatch.sources.dcgm import FIELD_BY_NAME, ExporterPods, unit_rows
+from gpuwatch.sources.historystore import qualified_rows
 from gpuwatch.sources.simulated.exposition import served_columns
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
 

@@ -12,24 +12,27 @@ import numpy as np
 import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
-from gpuwatch.analysis import RECOMMENDATION_COLUMNS, Coverage, coverage_warning
+from gpuwatch.analysis import (
+    CLUSTER_COLUMNS,
+    LEDGER_HOURS,
+    RECOMMENDATION_COLUMNS,
+    Coverage,
+    coverage_warning,
+)
 from gpuwatch.analytics.placement import pool_taints
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, in_force, utc
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, cluster_of, in_force, utc
 from gpuwatch.queues import queue_step
 from gpuwatch.schema import RIGHTSIZE_WORKLOADS
+from gpuwatch.sources.historystore import CLUSTER, HistoryStore, PrometheusHistory
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     POD_IDLE_SPLIT,
     PODS_SEEN,
     HistorySums,
-    PodFamilies,
-    PodReader,
     PrometheusSource,
-    history_pieces,
-    history_sums,
     pod_totals,
 )
 from gpuwatch.sources.promql import PENDING_INFO_LABELS, PENDING_LABELS, POD_HISTORY_LABELS
@@ -87,44 +90,46 @@ def read_history(
     settings: Settings,
     window: Window,
     *,
-    prometheus: PrometheusSource | None = None,
+    store: HistoryStore | None = None,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
     detail: str = WORKLOAD,
 ) -> History:
-    """The window from gpuwatch_* series in Prometheus; NoHistoryError when there are none in it.
+    """The window from gpuwatch_* series in `store` (default: the Prometheus the settings name);
+    NoHistoryError when there are none in it.
 
     `detail` says which rows it needs: WORKLOAD all; NAMESPACE all but the workload rows (left empty);
     TEAM all but the workload and namespace rows. The fleet, team and pool rows are the same at each:
     below WORKLOAD they come from sums Prometheus makes per namespace and from the idle pods' families
     (a tenth of the pods), not from every pod's families (a month's ~50,000 pods, several times over),
     which a report writing no workload row need not read."""
-    own = prometheus is None
-    if prometheus is None:
+    own = None
+    if store is None:
         if not settings.prometheus.url:
             raise ConfigError(
                 "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
             )
-        prometheus = PrometheusSource.from_settings(settings.prometheus)
+        own = PrometheusSource.from_settings(settings.prometheus)
+        store = PrometheusHistory(own)
     try:
         cuts = price_cuts(settings, window)
         if detail not in DETAILS:
             raise ConfigError(f"detail must be one of {', '.join(DETAILS)}, got {detail!r}")
         held_at_end = None
         if detail == WORKLOAD:
-            sums = read_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
-            held_at_end = _held_at_end(prometheus, sums.pieces)
+            sums = read_sums(store, window, piece_seconds=piece_seconds, cuts=cuts)
+            held_at_end = _held_at_end(store, sums.pieces)
         else:
-            sums = _namespace_sums(prometheus, window, piece_seconds=piece_seconds, cuts=cuts, detail=detail)
+            sums = _namespace_sums(store, window, piece_seconds=piece_seconds, cuts=cuts, detail=detail)
         if not (sums.pieces["samples"] > 0).any():
             raise NoHistoryError(
-                f"prometheus at {prometheus.url} holds no gpuwatch_* series from {_iso(window.start)} to "
+                f"{store.where} holds no gpuwatch_* series from {_iso(window.start)} to "
                 f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
             )
         history = assemble(
             sums,
             window=window,
             settings=settings,
-            source_warnings=prometheus.take_warnings(),
+            source_warnings=store.take_warnings(),
             held_at_end=held_at_end,
         )
         if detail == TEAM:  # its namespace sums hold the busy GE alone (the pools'): no namespace row
@@ -132,34 +137,34 @@ def read_history(
             history = replace(history, tables={**tables, "namespace": tables["namespace"][0:0]})
         return replace(history, workloads_read=detail == WORKLOAD)
     finally:
-        if own:
-            prometheus.close()
+        if own is not None:
+            own.close()
 
 
-def _held_at_end(prometheus: PrometheusSource, pieces: pd.DataFrame) -> set[tuple[str, str]]:
+def _held_at_end(store: HistoryStore, pieces: pd.DataFrame) -> set[tuple[str, str]]:
     """The pods (namespace, pod) holding GPUs in the exporter's last cycle by the window's end."""
-    last = PodReader(prometheus, pieces).at_end().read("pod_last_allocated")["pod_last_allocated"]
+    last = store.pod_reader(pieces).at_end().read("pod_last_allocated")["pod_last_allocated"]
     held = last[last["value"] > 0]
     return set(zip(held["namespace"], held["pod"], strict=True))
 
 
 def _namespace_sums(
-    prometheus: PrometheusSource, window: Window, *, piece_seconds: int, cuts: Sequence[datetime], detail: str
+    store: HistoryStore, window: Window, *, piece_seconds: int, cuts: Sequence[datetime], detail: str
 ) -> HistorySums:
     """read_sums() with the per-pod families left out but the idle pods' (pod_idle and its split), and
     the namespace sums and pods seen (PodFamilies.totals), read side by side: all of them at NAMESPACE,
     at TEAM only the busy GE (the pools' used GPU-hours) and the pods."""
-    pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
-    pods = PodFamilies(prometheus, pieces)
+    pieces = read_pieces(store, window, piece_seconds=piece_seconds, cuts=cuts)
+    pods = store.pod_reader(pieces).of_teams()
     with ThreadPoolExecutor(max_workers=2) as pool:
         split = pool.submit(pods.read, *POD_IDLE_SPLIT)
         totals = pool.submit(pods.totals, *(("used", PODS_SEEN) if detail == TEAM else ()))
-        sums = read_sums(prometheus, window, piece_seconds=piece_seconds, pieces=pieces, pods=False)
+        sums = read_sums(store, window, piece_seconds=piece_seconds, pieces=pieces, pods=False)
     return replace(sums, **totals.result(), **split.result(), pod_idle=pods.read("pod_idle")["pod_idle"])
 
 
 def read_pieces(
-    prometheus: PrometheusSource,
+    store: HistoryStore,
     window: Window,
     *,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
@@ -172,10 +177,8 @@ def read_pieces(
     bounds = [window.start, *inside, window.end]
     parts = [
         merge_covered(
-            history_pieces(
-                prometheus,
-                Window(start=a, end=b, step_seconds=window.step_seconds),
-                piece_seconds=piece_seconds,
+            store.history_pieces(
+                Window(start=a, end=b, step_seconds=window.step_seconds), piece_seconds=piece_seconds
             )
         )
         for a, b in pairwise(bounds)
@@ -201,7 +204,7 @@ def price_cuts(settings: Settings, window: Window) -> tuple[datetime, ...]:
 
 
 def read_sums(
-    prometheus: PrometheusSource,
+    store: HistoryStore,
     window: Window,
     *,
     piece_seconds: int = HISTORY_PIECE_SECONDS,
@@ -211,9 +214,8 @@ def read_sums(
 ) -> HistorySums:
     """history_sums() of the window over read_pieces() (or `pieces`), the queues' usage on the queue grid."""
     if pieces is None:
-        pieces = read_pieces(prometheus, window, piece_seconds=piece_seconds, cuts=cuts)
-    return history_sums(
-        prometheus,
+        pieces = read_pieces(store, window, piece_seconds=piece_seconds, cuts=cuts)
+    return store.history_sums(
         window,
         piece_seconds=piece_seconds,
         pieces=pieces,
@@ -232,7 +234,11 @@ def merge_covered(pieces: pd.DataFrame, *, covered_ratio: float = PARTIAL_PIECE_
     merged: list[dict[str, Any]] = []
     weights: list[float] = []
     for row, weight in zip(pieces.to_dict("records"), per_sample.tolist(), strict=True):
-        same_level = bool(merged) and merged[-1]["rollup"] == row["rollup"]
+        # (a cluster's pieces are never merged with another's: CLUSTER, in a fleet of several)
+        same_level = bool(merged) and (merged[-1]["rollup"], merged[-1].get(CLUSTER)) == (
+            row["rollup"],
+            row.get(CLUSTER),
+        )
         if same_level and math.isclose(weights[-1], weight, rel_tol=1e-9):
             last = merged[-1]
             last.update(end=row["end"], seconds=last["seconds"] + row["seconds"])
@@ -394,6 +400,8 @@ def assemble(
         keys = list(WORKLOAD_KEYS)
         workloads = workloads.merge(recommendations[[*keys, *RECOMMENDATION_COLUMNS]], on=keys, how="left")
     rightsized = {} if held_at_end is None else {"packing": _packing(recommendations, held_at_end)}
+    if CLUSTER in sums.pieces:  # a fleet of several clusters: one row each, as the raw path's
+        rightsized["cluster"] = _clusters(sums, hours, price_of)
     for state in LEDGER_STATES:  # <state>_usd: each piece's GE-hours at its price, summed
         usd = state_usd[state_usd.index.get_level_values("state") == state].droplevel("state")
         pools[f"{state}_usd"] = usd.reindex(names).fillna(0.0).to_numpy()
@@ -888,6 +896,51 @@ def _pools(sums: HistorySums, hours: SampleHours, pool_hours: pd.DataFrame) -> p
     return pools.astype({"nodes": "int64"}).rename_axis(index="pool").reset_index()
 
 
+def _clusters(sums: HistorySums, hours: SampleHours, price_of: PriceOf) -> pd.DataFrame:
+    """Per cluster (of the pieces' CLUSTER): its GPUs now, its ledger GE-hours and their dollars, the
+    GE-hours its pods held and used (the columns of analysis.cluster_table); a cluster none of whose
+    pieces holds a sample (its store failed, or its exporter published nothing) is a row of unknowns
+    and why."""
+    of_piece = sums.pieces.set_index("piece")[CLUSTER]
+
+    def per_cluster(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(cluster=frame["piece"].map(of_piece).astype("str"))
+
+    states = per_cluster(sums.pool_states)
+    weighted = states.assign(gpu_hours=hours.weighted(states))
+    weighted = weighted.assign(usd=weighted["gpu_hours"] * price_of(states))
+    ledger, usd = (
+        weighted.pivot_table(
+            index="cluster", columns="state", values=v, aggfunc="sum", fill_value=0.0
+        ).reindex(columns=list(LEDGER_STATES), fill_value=0.0)
+        for v in ("gpu_hours", "usd")
+    )
+    held = per_cluster(sums.team_states)
+    allocated = hours.by(held[held["state"].isin(ALLOCATED_STATES)], ("cluster",), "v").set_index("cluster")
+    used = hours.by(per_cluster(sums.team_used), ("cluster",), "v").set_index("cluster")["v"]
+    gpus = sums.nodes_now.groupby(sums.nodes_now["node"].map(cluster_of))["value"].sum()
+    table = pd.DataFrame(
+        {
+            "gpus": gpus,
+            "capacity_gpu_hours": ledger.sum(axis=1),
+            "allocated_gpu_hours": allocated["v"],
+            "used_gpu_hours": used,
+            "cost_usd": usd[list(ALLOCATED_STATES)].sum(axis=1),
+            "waste_usd": usd["allocated_idle"],
+            "error": None,
+            **{f"{s}_gpu_hours": ledger[s] for s in LEDGER_STATES},
+        },
+        index=pd.Index(sorted(set(of_piece.astype("str"))), name="cluster"),
+    )
+    zero = ["gpus", "capacity_gpu_hours", "allocated_gpu_hours", "cost_usd", "waste_usd"]
+    table = table.fillna({c: 0.0 for c in [*zero, *(f"{s}_gpu_hours" for s in LEDGER_STATES)]})
+    unread = sums.pieces.groupby(CLUSTER)["samples"].sum().reindex(table.index) <= 0
+    numbers = [c for c in table.columns if c != "error"]
+    table.loc[unread, numbers] = np.nan
+    table.loc[unread, "error"] = "no gpuwatch_* history read for the window"
+    return table.reset_index()[[*CLUSTER_COLUMNS, *LEDGER_HOURS[1:]]]
+
+
 def _pending(sums: HistorySums) -> pd.DataFrame:
     """The pending GPU pods of the exporter's latest cycle, longest waiting first."""
     keys = list(PENDING_LABELS)
@@ -906,7 +959,14 @@ def _pending(sums: HistorySums) -> pd.DataFrame:
 
 def gap_warnings(pieces: pd.DataFrame, *, partial: bool = False) -> list[str]:
     """One line per run of pieces without exporter samples (those hours count nowhere) and, with
-    `partial`, one per piece whose samples cover less than PARTIAL_PIECE_RATIO of it."""
+    `partial`, one per piece whose samples cover less than PARTIAL_PIECE_RATIO of it. Pieces of several
+    clusters (CLUSTER) are looked at cluster by cluster, each line naming its cluster."""
+    if CLUSTER in pieces:
+        return [
+            f"cluster {cluster}: {line}"
+            for cluster, own in pieces.groupby(CLUSTER, sort=False)
+            for line in gap_warnings(own.drop(columns=CLUSTER).reset_index(drop=True), partial=partial)
+        ]
     missing = (pieces["samples"] <= 0).to_numpy()
     starts = pieces["end"] - pd.to_timedelta(pieces["seconds"], unit="s")
     warnings = []

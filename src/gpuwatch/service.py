@@ -22,6 +22,7 @@ from gpuwatch.schema import GPU_SAMPLES
 from gpuwatch.sources import promql
 from gpuwatch.sources.clustercache import ClusterCache, KueueCache
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_POWER_USAGE, DEV_TOTAL_ENERGY_CONSUMPTION, ExporterPods
+from gpuwatch.sources.historystore import ClustersHistory, HistoryStore, PrometheusHistory, qualified_rows
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
 from gpuwatch.sources.kueue import kueue_state as kueue_state
 from gpuwatch.sources.kueue import merge_kueue_states
@@ -91,7 +92,7 @@ class FleetSources(Protocol):
 
     def history_start(self) -> datetime | None: ...
 
-    def recorded(self) -> PrometheusSource | None:
+    def recorded(self) -> HistoryStore | None:
         """Where gpuwatch's own gpuwatch_* history can be read (None: nowhere, the raw path only)."""
         ...
 
@@ -124,6 +125,8 @@ class LiveSources:
             promql.equals(k, v) for k, v in sorted((cluster.matchers if cluster else {}).items())
         ]
         self.prometheus = PrometheusSource.from_settings(prometheus)
+        # gpuwatch_* history: a cluster told apart from others in a shared store by matchers reads its own.
+        self.history = PrometheusHistory(self.prometheus.scoped(self.matchers))
         self.kubernetes = KubernetesSource(kubeconfig=kubernetes.kubeconfig, context=kubernetes.context)
         # Long-running processes (export, serve) follow the cluster by watches: no list per cycle.
         self.cluster = ClusterCache(self.kubernetes) if watch_cluster else None
@@ -182,10 +185,8 @@ class LiveSources:
     def history_start(self) -> datetime | None:
         return None  # Prometheus' retention decides; coverage says what is missing
 
-    def recorded(self) -> PrometheusSource | None:
-        # The history path reads the store's gpuwatch_* series whole: a cluster told apart from others in
-        # a shared store by matchers is recomputed from its own series instead.
-        return None if self.matchers else self.prometheus
+    def recorded(self) -> HistoryStore | None:
+        return self.history
 
 
 class MultiClusterSources:
@@ -269,8 +270,11 @@ class MultiClusterSources:
     def history_start(self) -> datetime | None:
         return None
 
-    def recorded(self) -> PrometheusSource | None:
-        return None  # gpuwatch_* history is read per cluster: the fleet is recomputed from its DCGM series
+    def recorded(self) -> HistoryStore | None:
+        """Each cluster's history from its own store, as one fleet's (None when a cluster keeps none)."""
+        stores = {name: member.recorded() for name, member in self.members.items()}
+        kept = {name: store for name, store in stores.items() if store is not None}
+        return ClustersHistory(kept) if len(kept) == len(stores) else None
 
     def _merged(self, read: Callable[[FleetSources], ClusterState]) -> ClusterState:
         states: dict[str, ClusterState] = {}
@@ -344,24 +348,6 @@ def member_state(state: ClusterState, cluster: str) -> ClusterState:
     )
 
 
-def qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
-    """A cluster's sample or allocation rows with their node and pod names qualified by the cluster (a
-    categorical's categories renamed, a column of strings concatenated: never a Python loop per row)."""
-    out = frame.copy()
-    for column in ("node", "pod"):
-        if column not in out:
-            continue
-        values = out[column]
-        if isinstance(values.dtype, pd.CategoricalDtype):
-            out[column] = values.cat.rename_categories(
-                [qualified(cluster, str(c)) for c in values.cat.categories]
-            )
-        else:
-            text = values.astype("str")
-            out[column] = text.where(text.eq(""), f"{cluster}/" + text)
-    return out
-
-
 def concat_rows(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """Rows of several clusters as one frame; a categorical name column stays a categorical of strings,
     each part's codes mapped onto the union of the parts' categories (no string per row is made)."""
@@ -408,7 +394,7 @@ class SimulatedSources:
     def history_start(self) -> datetime | None:
         return self.fleet.window.start
 
-    def recorded(self) -> PrometheusSource | None:
+    def recorded(self) -> HistoryStore | None:
         return None  # the simulated fleet keeps no Prometheus history
 
 

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,15 +17,20 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from gpuwatch.backfill import write_fleet_backfill
 from gpuwatch.check import check
-from gpuwatch.config import load_settings
+from gpuwatch.config import ViewSettings, load_settings
 from gpuwatch.model import LEDGER_STATES
+from gpuwatch.service import FleetService
 from gpuwatch.sources.dcgm import UTIL_FIELDS
 from gpuwatch.sources.promql import field_aliases_selector
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.exposition import with_counterparts, write_backfill
+from gpuwatch.sources.simulated.exposition import with_counterparts
 from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
-from tests.integration.prom import PrometheusServer, VictoriaMetricsServer, create_blocks, series
+from gpuwatch.views.base import STATE_COLUMNS, Scope
+from gpuwatch.views.reader import open_view, trend_report
+from gpuwatch.views.recorded import RecordedView
+from tests.integration.prom import PrometheusServer, VictoriaMetricsServer, create_blocks, free_port, series
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -50,15 +55,19 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for name, seed in (("eu-1", 31), ("us-1", 32), ("ap-1", 33))
     }
     work = tmp_path_factory.mktemp("clusters")
-    # Each shared cluster's history, labelled as its Prometheus labels what it sends the shared store.
+    # The exporter's settings are the report's (_config): it publishes the prices the raw path uses.
+    (work / "exporter.yaml").write_text("teams: {namespaces: {notebooks: data-science}}\n")
+    exporter = load_settings(config_path=str(work / "exporter.yaml"), env={})
+    # Each shared cluster's history (DCGM series, gpuwatch_* series and their roll-ups), labelled as its
+    # Prometheus and its exporter label what they send the shared store.
     for name in SHARED:
         om = work / f"{name}.om"
         with om.open("w", encoding="utf-8") as out:
-            write_backfill(fleets[name], out, metrics=METRICS, external_labels=[("cluster", name)])
+            write_fleet_backfill(fleets[name], out, metrics=METRICS, settings=exporter, cluster=name)
         create_blocks(om, work / "tsdb")
     own = work / f"{OWN}.om"
     with own.open("w", encoding="utf-8") as out:
-        write_backfill(fleets[OWN], out, metrics=METRICS)
+        write_fleet_backfill(fleets[OWN], out, metrics=METRICS, settings=exporter)
     with PrometheusServer(work / "tsdb") as prom, VictoriaMetricsServer(work / "victoria-metrics") as vm:
         vm.import_openmetrics(own)
         servers = {name: KubeApiServer(f, token=TOKEN).start() for name, f in fleets.items()}
@@ -103,6 +112,13 @@ def _run(config: Path, window_fleet: SimulatedFleet, *extra: str) -> str:
 
 def _report(config: Path, window_fleet: SimulatedFleet) -> dict[str, Any]:
     report: dict[str, Any] = json.loads(_run(config, window_fleet, "--format", "json"))
+    return report
+
+
+def _history_report(config: Path, window_fleet: SimulatedFleet) -> dict[str, Any]:
+    """The report from the clusters' gpuwatch_* history (--source history fails rather than read raw)."""
+    report: dict[str, Any] = json.loads(_run(config, window_fleet, "--source", "history", "--format", "json"))
+    assert any(w.startswith("history path: ") for w in report["coverage"]["warnings"])
     return report
 
 
@@ -224,3 +240,123 @@ def test_check_judges_each_cluster_on_its_own_series(fleet: Fleet, tmp_path: Pat
         own = [s for s in everything if s.get("cluster") == name]
         assert f" {len(own)} utilization series in the last 10 minutes" in line, line
         assert 0 < len(own) < len(everything)
+
+
+def test_history_path_reads_each_cluster_from_its_own_history(fleet: Fleet, tmp_path: Path) -> None:
+    config = _config(fleet, tmp_path / "gpuwatch.yaml")
+    raw = _report(config, fleet.fleets["eu-1"])
+    history = _history_report(config, fleet.fleets["eu-1"])
+    got = {c["cluster"]: c for c in history["clusters"]}
+    want = {c["cluster"]: c for c in raw["clusters"]}
+    assert sorted(got) == ["ap-1", "eu-1", "us-1"]
+    for name in got:  # each cluster's own gpuwatch_* series, as the raw path recomputes them
+        assert got[name]["error"] is None and got[name]["gpus"] == want[name]["gpus"] == 48, name
+        assert got[name]["capacity_gpu_hours"] == pytest.approx(want[name]["capacity_gpu_hours"], rel=1e-6)
+        for key in ("allocated_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd"):
+            assert got[name][key] == pytest.approx(want[name][key], rel=0.01), (name, key)
+        ledger = got[name]["ledger_gpu_hours"]
+        assert sum(ledger.values()) == pytest.approx(got[name]["capacity_gpu_hours"], rel=1e-9), name
+    totals = history["fleet"]
+    for key in (
+        "gpus",
+        "capacity_gpu_hours",
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "cost_usd",
+        "waste_usd",
+    ):
+        assert totals[key] == pytest.approx(sum(c[key] for c in got.values()), rel=1e-9), key
+    assert sum(totals["ledger_gpu_hours"].values()) == pytest.approx(totals["capacity_gpu_hours"], rel=1e-9)
+    # Each workload is its cluster's (qualified pod names), a namespace one row across the clusters.
+    clusters = {w["pod"].partition("/")[0] for w in history["workloads"]}
+    assert clusters == {"ap-1", "eu-1", "us-1"}
+    rows = pd.DataFrame(history["namespaces"]).groupby("namespace")["allocated_gpu_hours"].sum()
+    truth = _namespace_truth(list(fleet.fleets.values()))
+    for namespace in truth.index:
+        assert rows[namespace] == pytest.approx(truth[namespace], rel=0.01), namespace
+
+
+def test_a_cluster_of_a_shared_store_reads_its_own_history_alone(fleet: Fleet, tmp_path: Path) -> None:
+    whole = _history_report(_config(fleet, tmp_path / "all.yaml"), fleet.fleets["eu-1"])
+    eu = next(c for c in whole["clusters"] if c["cluster"] == "eu-1")
+    config = tmp_path / "eu-1.yaml"
+    config.write_text(
+        f"prometheus: {{url: {fleet.prometheus_url}}}\n"
+        "teams: {namespaces: {notebooks: data-science}}\n"
+        f"clusters:\n  - {{name: eu-1, kubeconfig: {fleet.kubeconfigs['eu-1']}}}\n"
+    )
+    alone = _history_report(config, fleet.fleets["eu-1"])
+    # Under its cluster="eu-1" matcher: us-1's series in the same store count nowhere.
+    assert alone["fleet"]["gpus"] == 48
+    for key in ("capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd"):
+        assert alone["fleet"][key] == pytest.approx(eu[key], rel=1e-9), key
+    assert not any("/" in w["pod"] for w in alone["workloads"])
+
+
+def test_a_recorded_view_of_the_clusters_and_of_one_of_them(fleet: Fleet, tmp_path: Path) -> None:
+    config = _config(fleet, tmp_path / "gpuwatch.yaml")
+    settings = load_settings(config_path=str(config), env={})
+    service = FleetService.live(replace(settings, views=ViewSettings(raw_max_gpu_samples=0)))
+    window = fleet.fleets["eu-1"].window
+    view = open_view(service, window, computed_at=END)
+    assert isinstance(view, RecordedView)  # every GPU-sample is too many: the history path
+    report = _history_report(config, fleet.fleets["eu-1"])
+    keys = ("capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd")
+    for key in keys:
+        assert view.headline["fleet"][key] == pytest.approx(report["fleet"][key], rel=1e-9), key
+    rows = {c["cluster"]: c for c in report["clusters"]}
+    drawn = {c["cluster"]: c for c in view.headline["clusters"]}
+    assert sorted(drawn) == sorted(rows)
+    for name, row in rows.items():
+        assert drawn[name]["gpus"] == row["gpus"] == 48
+        for key in keys:
+            assert drawn[name][key] == pytest.approx(row[key], rel=1e-9), (name, key)
+    # The ledger drawn over time: the three clusters' buckets summed, 3 × 48 GPUs in each.
+    timeline = view.ledger_timeline()
+    assert len(timeline) > 0 and timeline[STATE_COLUMNS].sum(axis=1).to_numpy() == pytest.approx(144.0)
+    assert len(view.team_timeline()) > 0 and len(view.fragmentation_timeline()) > 0
+    # One cluster: its own history alone, its nodes and its buckets.
+    eu = view.scoped(Scope(clusters=("eu-1",)))
+    for key in keys:
+        assert eu.headline["fleet"][key] == pytest.approx(rows["eu-1"][key], rel=1e-9), key
+    assert [c["cluster"] for c in eu.headline["clusters"]] == ["eu-1"]
+    assert eu.ledger_timeline()[STATE_COLUMNS].sum(axis=1).to_numpy() == pytest.approx(48.0)
+    nodes = eu.nodes_now()
+    assert nodes["node"].str.startswith("eu-1/").all() and nodes["capacity_ge"].sum() == 48
+    assert nodes[STATE_COLUMNS].sum(axis=1).sum() == pytest.approx(48.0)
+    assert {w["pod"].partition("/")[0] for w in eu.report["workloads"]} == {"eu-1"}
+    # The Teams page's trend of the cluster: its teams from its own team series.
+    trend = {
+        t["team"]: t
+        for t in trend_report(service, window, Scope(clusters=("eu-1",)), computed_at=END)["teams"]
+    }
+    teams = {t["team"]: t for t in eu.report["teams"]}
+    assert sorted(trend) == sorted(teams)
+    for team, row in teams.items():
+        for key in ("allocated_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd"):
+            assert trend[team][key] == pytest.approx(row[key], rel=1e-9), (team, key)
+
+
+def test_a_cluster_whose_store_is_down_is_named_and_the_others_history_stays_whole(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    whole = {
+        c["cluster"]: c
+        for c in _history_report(_config(fleet, tmp_path / "all.yaml"), fleet.fleets["eu-1"])["clusters"]
+    }
+    # ap-1's own store stops answering: its URL names a port nobody listens on.
+    down = replace(fleet, victoria_url=f"http://127.0.0.1:{free_port()}")
+    report = _history_report(_config(down, tmp_path / "down.yaml"), fleet.fleets["eu-1"])
+    clusters = {c["cluster"]: c for c in report["clusters"]}
+    assert clusters["ap-1"]["error"] == "no gpuwatch_* history read for the window"
+    assert all(clusters["ap-1"][k] is None for k in ("gpus", "capacity_gpu_hours", "allocated_gpu_hours"))
+    assert any(
+        w.startswith("cluster ap-1: gpuwatch_* history not read") for w in report["coverage"]["warnings"]
+    )
+    kept = ("gpus", "capacity_gpu_hours", "allocated_gpu_hours", "used_gpu_hours", "cost_usd", "waste_usd")
+    for name in SHARED:
+        for key in kept:
+            assert clusters[name][key] == pytest.approx(whole[name][key], rel=1e-9), (name, key)
+    assert report["fleet"]["capacity_gpu_hours"] == pytest.approx(
+        sum(whole[name]["capacity_gpu_hours"] for name in SHARED), rel=1e-9
+    )

@@ -32,6 +32,7 @@ from gpuwatch.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_h
 from gpuwatch.model import LEDGER_STATES, Commitment, DatedPrice, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
 from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
@@ -271,7 +272,8 @@ def test_a_price_change_cuts_the_pieces_and_changes_no_number(
     assert price_cuts(changed, fleet.window) == (cut,)
     prometheus = PrometheusSource.from_settings(settings.prometheus)
     try:
-        pieces = read_pieces(prometheus, fleet.window, cuts=price_cuts(changed, fleet.window))
+        cuts = price_cuts(changed, fleet.window)
+        pieces = read_pieces(PrometheusHistory(prometheus), fleet.window, cuts=cuts)
     finally:
         prometheus.close()
     ends = pieces["end"]

@@ -21,6 +21,7 @@ import pytest
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.ui import components, create_app, ids
 from gpuwatch.ui.filters import format_time
@@ -222,8 +223,9 @@ def test_a_trend_reads_the_teams_and_coverage_of_the_whole_report_without_per_po
     service = _service(prom, kubeconfig, 0)
     scope = Scope(teams=teams)
     whole = open_view(service, fleet.window, computed_at=NOW).scoped(scope).report
-    source = service.sources.recorded()
-    assert source is not None
+    store = service.sources.recorded()
+    assert isinstance(store, PrometheusHistory)
+    source = store.source
     sent: list[str] = []
     query, points = source.query, source.range_points
     source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]
@@ -240,8 +242,9 @@ def test_a_trend_reads_the_teams_and_coverage_of_the_whole_report_without_per_po
 
 def _instant_queries(service: FleetService) -> list[str]:
     """The instant queries the service's recorded source sends from now on, as it sends them."""
-    source = service.sources.recorded()
-    assert source is not None
+    store = service.sources.recorded()
+    assert isinstance(store, PrometheusHistory)
+    source = store.source
     sent: list[str] = []
     query = source.query
     source.query = lambda q, **kw: sent.append(q) or query(q, **kw)  # type: ignore[method-assign]

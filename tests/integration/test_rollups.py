@@ -19,6 +19,7 @@ from gpuwatch.history import read_history
 from gpuwatch.model import Window
 from gpuwatch.report import build_history_report
 from gpuwatch.service import demo_settings
+from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.prometheus import PrometheusSource, history_pieces
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import PrometheusServer, create_blocks
@@ -163,7 +164,7 @@ def test_the_rollup_read_sends_ranges_over_recorded_hours(servers: dict[str, str
 
     source.query = spy  # type: ignore[method-assign]
     try:
-        read_history(demo_settings(Settings()), WINDOW, prometheus=source)
+        read_history(demo_settings(Settings()), WINDOW, store=PrometheusHistory(source))
     finally:
         source.close()
     pods = [q for q in sent if "gpuwatch_pod_gpu_allocation" in q and "sum_over_time" in q]

@@ -15,6 +15,7 @@ from gpuwatch.errors import ConfigError
 from gpuwatch.history import (
     IDLE_FAMILIES,
     assemble,
+    gap_warnings,
     idle_workloads,
     merge_covered,
     price_cuts,
@@ -607,6 +608,31 @@ def test_covered_rollup_pieces_are_read_as_one() -> None:
     assert merged["samples"].tolist() == [6.0, 288.0, 576.0, 144.0, 0.0, 3.0]
     assert merged["end"].tolist()[2] == pd.Timestamp("2026-11-17T00:00Z")
     assert merged.dtypes.to_dict() == pieces.dtypes.to_dict()
+
+
+def test_two_clusters_pieces_are_merged_and_their_gaps_named_apart() -> None:
+    """Two clusters' days of daily roll-ups, one after the other (ClustersHistory's merged pieces): each
+    cluster's covered days read as one, never joined with the other's; eu-1's missing day is its gap."""
+    day = 86_400.0
+    pieces = pd.DataFrame(
+        {
+            "piece": range(4),
+            "end": pd.to_datetime(["2026-11-15T00:00Z", "2026-11-16T00:00Z"] * 2),
+            "seconds": [day] * 4,
+            "grid_seconds": [60] * 4,
+            "rollup": ["day"] * 4,
+            "resolution_seconds": [300] * 4,
+            "samples": [288.0, 288.0, 288.0, 0.0],
+            "cluster": ["us-1", "us-1", "eu-1", "eu-1"],
+        }
+    )
+    merged = merge_covered(pieces, covered_ratio=0.99)
+    assert merged["cluster"].tolist() == ["us-1", "eu-1", "eu-1"]
+    assert merged["samples"].tolist() == [576.0, 288.0, 0.0]
+    assert gap_warnings(merged) == [
+        "cluster eu-1: no gpuwatch_* samples from 2026-11-15T00:00:00Z to 2026-11-16T00:00:00Z (24 h): "
+        "those hours are in no sum of this report"
+    ]
 
 
 def _utc(text: str) -> datetime:

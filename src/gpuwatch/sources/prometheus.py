@@ -1,5 +1,6 @@
 """PrometheusSource: prometheus-api-client with chunked range queries, retries, frames in base units."""
 
+import copy
 import math
 import re
 import threading
@@ -203,6 +204,9 @@ class PrometheusSource:
         self.max_points_per_series = max_points_per_series
         self.max_chunk_seconds = max_chunk_seconds
         self.max_concurrent_queries = max_concurrent_queries
+        # The matchers every read of gpuwatch's own series carries: one cluster's series of a store several
+        # share (scoped()); none, the store's whole.
+        self.scope: tuple[promql.Matcher, ...] = ()
         # Across every thread of the process: nested reads (families, their pieces) share one limit, so
         # Prometheus is not asked for more at once than it has cores to answer with.
         self._in_flight = threading.BoundedSemaphore(max_concurrent_queries)
@@ -236,6 +240,14 @@ class PrometheusSource:
     def close(self) -> None:
         self._client.close()
 
+    def scoped(self, matchers: Sequence[promql.Matcher]) -> "PrometheusSource":
+        """The same store (connection, limits and warnings shared) whose gpuwatch_* series are read under
+        `matchers` alone: one cluster's history in a store that several clusters share. Closing the store
+        is its owner's (the unscoped source's) to do."""
+        view = copy.copy(self)
+        view.scope = tuple(matchers)
+        return view
+
     # -- warnings ------------------------------------------------------------------------------
 
     @property
@@ -246,7 +258,8 @@ class PrometheusSource:
     def take_warnings(self) -> list[str]:
         """The warnings collected so far (Prometheus' own and gpuwatch's about the data), then forget them."""
         with self._lock:
-            out, self._warnings = self._warnings, []
+            out = list(self._warnings)
+            self._warnings.clear()  # in place: a scoped() view of the store shares the list
             return out
 
     def _warn(self, message: str) -> None:
@@ -798,7 +811,12 @@ def _exporter_resolution(source: PrometheusSource, pieces: pd.DataFrame) -> int:
     """The history grid: the exporter's scrape interval rounded down (a grid no coarser holds at most
     one sample per interval); DEFAULT_HISTORY_RESOLUTION_SECONDS where nothing was published."""
     grid = pieces.assign(grid_seconds=1, rollup=RAW)
-    cycles = _read_pieces(source, lambda s, g, r: promql.exporter_interval_query(range_seconds=s), grid, ())
+    cycles = _read_pieces(
+        source,
+        lambda s, g, r: promql.exporter_interval_query(range_seconds=s, matchers=source.scope),
+        grid,
+        (),
+    )
     seconds = cycles["piece"].map(pieces.set_index("piece")["seconds"]).to_numpy(dtype=np.float64)
     probes = np.minimum(seconds, promql.INTERVAL_PROBE_SECONDS)
     intervals = probes / cycles["value"].to_numpy(dtype=np.float64)
@@ -810,7 +828,9 @@ def _samples(source: PrometheusSource, pieces: pd.DataFrame) -> "npt.NDArray[np.
     """Per piece, the grid points at which some exporter cycle was published (0: none)."""
 
     def build(seconds: float, grid: int, rollup: str) -> str:
-        return promql.exporter_samples_query(range_seconds=seconds, resolution_seconds=grid, rollup=rollup)
+        return promql.exporter_samples_query(
+            range_seconds=seconds, resolution_seconds=grid, rollup=rollup, matchers=source.scope
+        )
 
     counts = _read_pieces(source, build, pieces, ())
     per_piece = counts.groupby("piece")["value"].sum()
@@ -861,7 +881,7 @@ def _rollup_pieces(
 
 def _last_evaluation(source: PrometheusSource, window: Window, level: str) -> datetime | None:
     """When the level's roll-ups were last evaluated by the window's end (None: not lately)."""
-    marker = source.query(promql.rollup_marker_query(level), at=window.end)
+    marker = source.query(promql.rollup_marker_query(level, source.scope), at=window.end)
     if not len(marker):
         return None
     return datetime.fromtimestamp(round(float(marker["value"].max()), 3), UTC)
@@ -989,8 +1009,7 @@ class PodFamilies:
             return {n: kept[n] for n in names}
 
     def _family(self, name: str) -> pd.DataFrame:
-        query = partial(POD_FAMILIES[name], matchers=self.matchers)
-        frame = _family(self.source, self.pieces, query, _POD)
+        frame = _family(self.source, self.pieces, POD_FAMILIES[name], _POD, self.matchers)
         if not self.pods:
             return frame
         pairs = pd.MultiIndex.from_frame(frame[["namespace", "pod"]])
@@ -1014,17 +1033,15 @@ class PodFamilies:
             return _pods_seen(held) if name == PODS_SEEN else _per_namespace(held)
         if name == "idle":
             return _per_namespace(self.read("pod_idle")["pod_idle"])
-        query = partial(promql.namespace_gpus_sum_query, NAMESPACE_FAMILIES[name], matchers=self.matchers)
-        return _family(self.source, self.pieces, query, ("namespace", "team", "pool"))
+        query = partial(promql.namespace_gpus_sum_query, NAMESPACE_FAMILIES[name])
+        return _family(self.source, self.pieces, query, ("namespace", "team", "pool"), self.matchers)
 
     def _pod_pools(self, _name: str) -> pd.DataFrame:
         """piece, namespace, pod, team, pool, value: each pod's allocated GE summed per pool and piece.
         The namespaces' allocation and their pods are both counted from it: Prometheus looks the pods'
         series up once, not twice (a month's ~50,000 pods: most of a query's cost)."""
-        query = partial(
-            promql.namespace_gpus_sum_query, _ALLOCATION, by=_POD_POOL_LABELS, matchers=self.matchers
-        )
-        return _family(self.source, self.pieces, query, _POD_POOL_LABELS)
+        query = partial(promql.namespace_gpus_sum_query, _ALLOCATION, by=_POD_POOL_LABELS)
+        return _family(self.source, self.pieces, query, _POD_POOL_LABELS, self.matchers)
 
 
 class PodReader:
@@ -1119,11 +1136,13 @@ def history_sums(
     pool = ThreadPoolExecutor(max_workers=source.max_concurrent_queries)
 
     def each(query: Callable[..., str], labels: Sequence[str], **kwargs: bool) -> "Future[pd.DataFrame]":
-        return pool.submit(_family, source, pieces, query, labels, **kwargs)
+        return pool.submit(_family, source, pieces, partial(query, **kwargs), labels)
 
-    def now(query: str, labels: Sequence[str]) -> "Future[pd.DataFrame]":
+    def now(
+        query: Callable[[Sequence[promql.Matcher]], str], labels: Sequence[str]
+    ) -> "Future[pd.DataFrame]":
         return pool.submit(
-            lambda: _labelled(source.query(query, at=window.end), labels).drop(columns="piece")
+            lambda: _labelled(source.query(query(source.scope), at=window.end), labels).drop(columns="piece")
         )
 
     frag, price = (partial(promql.pool_sum_query, m) for m in promql.POOL_MEAN_METRICS)
@@ -1154,15 +1173,15 @@ def history_sums(
             price_count=each(price, ("pool",), count=True),
             capacity_sum=each(capacity, ("node",)),
             reporting_sum=each(reporting, ("node",)),
-            nodes_now=now(promql.node_capacity_latest_query(), ("node", "pool")),
-            largest_free_block_now=now(promql.largest_free_block_latest_query(), ("pool",)),
-            pending_now=now(promql.pending_pod_gpus_latest_query(), (*promql.PENDING_LABELS, "blocked_by")),
-            pending_waiting_now=now(promql.pending_pod_waiting_latest_query(), promql.PENDING_LABELS),
+            nodes_now=now(promql.node_capacity_latest_query, ("node", "pool")),
+            largest_free_block_now=now(promql.largest_free_block_latest_query, ("pool",)),
+            pending_now=now(promql.pending_pod_gpus_latest_query, (*promql.PENDING_LABELS, "blocked_by")),
+            pending_waiting_now=now(promql.pending_pod_waiting_latest_query, promql.PENDING_LABELS),
             pending_info_now=now(
-                promql.pending_pod_info_latest_query(), (*promql.PENDING_LABELS, *promql.PENDING_INFO_LABELS)
+                promql.pending_pod_info_latest_query, (*promql.PENDING_LABELS, *promql.PENDING_INFO_LABELS)
             ),
-            tainted_nodes_now=now(promql.pool_tainted_nodes_latest_query(), ("pool", "taint")),
-            pool_info_now=now(promql.pool_info_latest_query(), ("pool", "vendor")),
+            tainted_nodes_now=now(promql.pool_tainted_nodes_latest_query, ("pool", "taint")),
+            pool_info_now=now(promql.pool_info_latest_query, ("pool", "vendor")),
         )
         if queue_step_seconds is not None:
             resolution = int(pieces["resolution_seconds"].min()) if len(pieces) else 0
@@ -1229,7 +1248,7 @@ def queue_usage_history(
 
     def read(metric: str) -> pd.DataFrame:
         query = promql.queue_gpus_mean_query(
-            metric, range_seconds=step_seconds, resolution_seconds=resolution_seconds
+            metric, range_seconds=step_seconds, resolution_seconds=resolution_seconds, matchers=source.scope
         )
         first = window.start + timedelta(seconds=step_seconds)
         frame = source.range_points(
@@ -1276,7 +1295,9 @@ def pods_by_node_now(
     last published them (only `teams`' pods when given), keyed by family name."""
     return {
         metric: _labelled(
-            source.query(promql.pod_gpus_by_node_latest_query(metric, teams=teams), at=at),
+            source.query(
+                promql.pod_gpus_by_node_latest_query(metric, teams=teams, matchers=source.scope), at=at
+            ),
             ("team", "pool", "node"),
         ).drop(columns="piece")
         for metric in promql.POD_SUM_METRICS
@@ -1285,15 +1306,15 @@ def pods_by_node_now(
 
 def team_states_now(source: PrometheusSource, at: datetime) -> pd.DataFrame:
     """team, state, value: GE each team held per allocated state as the exporter last published it."""
-    return _labelled(source.query(promql.team_state_gpus_latest_query(), at=at), ("team", "state")).drop(
-        columns="piece"
-    )
+    return _labelled(
+        source.query(promql.team_state_gpus_latest_query(source.scope), at=at), ("team", "state")
+    ).drop(columns="piece")
 
 
 def node_states_now(source: PrometheusSource, at: datetime) -> pd.DataFrame:
     """node, pool, state, value: GE of each node per ledger state as the exporter last published it."""
     return _labelled(
-        source.query(promql.node_state_gpus_latest_query(), at=at), ("node", "pool", "state")
+        source.query(promql.node_state_gpus_latest_query(source.scope), at=at), ("node", "pool", "state")
     ).drop(columns="piece")
 
 
@@ -1302,12 +1323,17 @@ def _family(
     pieces: pd.DataFrame,
     query: Callable[..., str],
     labels: Sequence[str],
+    matchers: Sequence[promql.Matcher] = (),
     **kwargs: Any,
 ) -> pd.DataFrame:
-    """A history builder of promql (range_seconds, resolution_seconds, rollup) read over the pieces."""
+    """A history builder of promql (range_seconds, resolution_seconds, rollup, matchers) read over the
+    pieces, under the source's scope and `matchers`."""
+    matchers = [*source.scope, *matchers]
 
     def build(seconds: float, grid: int, rollup: str) -> str:
-        return str(query(range_seconds=seconds, resolution_seconds=grid, rollup=rollup, **kwargs))
+        return str(
+            query(range_seconds=seconds, resolution_seconds=grid, rollup=rollup, matchers=matchers, **kwargs)
+        )
 
     return _read_pieces(source, build, pieces, labels)
 

@@ -511,16 +511,26 @@ def day_rollup_rules() -> list[dict[str, str]]:
     return rules
 
 
-def rollup_marker_query(level: str = "hour") -> str:
+def rollup_marker_query(level: str = "hour", matchers: Sequence[Matcher] = ()) -> str:
     """The time of the latest evaluation of a level's roll-ups (instant query; absent without them).
+    With `matchers` (one cluster's series in a store several share): the marker they match, or one
+    without their labels, as a ruler over the whole store records it (its rules keep each cluster's
+    series apart, but the marker is a vector(time()) of no cluster).
 
-    rollup_marker_query() is::
+    rollup_marker_query() and rollup_marker_query(matchers=[equals("cluster", "eu-1")]) are::
 
         last_over_time(hour:gpuwatch_rollup_evaluation:timestamp_seconds[7200s])
+
+        last_over_time(hour:gpuwatch_rollup_evaluation:timestamp_seconds{cluster="eu-1"}[7200s])
+        or last_over_time(hour:gpuwatch_rollup_evaluation:timestamp_seconds{cluster=""}[7200s])
     """
-    seconds = ROLLUP_LEVEL_SECONDS[level]
     marker = ROLLUP_MARKER if level == "hour" else DAY_ROLLUP_MARKER
-    return f"last_over_time({marker}[{2 * seconds}s])"
+    within = f"[{2 * ROLLUP_LEVEL_SECONDS[level]}s]"
+    own = f"last_over_time({selector(marker, matchers)}{within})"
+    if not matchers:
+        return own
+    unlabelled = [equals(m.label, "") for m in matchers]
+    return f"{own}\nor last_over_time({selector(marker, unlabelled)}{within})"
 
 
 def _one_of_metrics(metric: str, allowed: Sequence[str]) -> str:
@@ -532,7 +542,7 @@ def _one_of_metrics(metric: str, allowed: Sequence[str]) -> str:
 INTERVAL_PROBE_SECONDS: Final = 600
 
 
-def exporter_interval_query(*, range_seconds: float) -> str:
+def exporter_interval_query(*, range_seconds: float, matchers: Sequence[Matcher] = ()) -> str:
     """The most exporter cycles one publisher left in any stretch of INTERVAL_PROBE_SECONDS (or of the
     range, if shorter) within the range: that stretch / it is at most the scrape interval, the history
     grid's resolution (a failover between replicas mid-range does not stretch it).
@@ -542,7 +552,7 @@ def exporter_interval_query(*, range_seconds: float) -> str:
         max_over_time((max(count_over_time(gpuwatch_build_info[600s])))[86400s:600s])
     """
     probe = range_duration(probe_seconds(range_seconds))
-    counts = f"max(count_over_time({selector('gpuwatch_build_info')}[{probe}]))"
+    counts = f"max(count_over_time({selector('gpuwatch_build_info', matchers)}[{probe}]))"
     return f"max_over_time(({counts})[{range_duration(range_seconds)}:{probe}])"
 
 
@@ -551,7 +561,9 @@ def probe_seconds(range_seconds: float) -> float:
     return min(float(INTERVAL_PROBE_SECONDS), range_seconds)
 
 
-def exporter_samples_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
+def exporter_samples_query(
+    *, range_seconds: float, resolution_seconds: int, rollup: str = "", matchers: Sequence[Matcher] = ()
+) -> str:
     """Grid points of the range at which some exporter cycle was published (every cycle publishes
     gpuwatch_build_info), whatever number of publishers.
 
@@ -560,11 +572,17 @@ def exporter_samples_query(*, range_seconds: float, resolution_seconds: int, rol
         count_over_time((max (avg_over_time(gpuwatch_build_info[59999ms])))[86399999ms:60s])
     """
     return _on_grid(
-        "count_over_time", "gpuwatch_build_info", range_seconds, resolution_seconds, rollup=rollup
+        "count_over_time", "gpuwatch_build_info", range_seconds, resolution_seconds, matchers, rollup
     )
 
 
-def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
+def pool_state_gpus_sum_query(
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
+) -> str:
     """GE per pool and ledger state, summed over the grid points of the range.
 
     pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -572,10 +590,18 @@ def pool_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, 
         sum_over_time((max by (pool, state) (avg_over_time(gpuwatch_pool_gpus[59999ms])))[86399999ms:60s])
     """
     metric = "gpuwatch_pool_gpus"
-    return _summed(("pool", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    return _summed(
+        ("pool", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers
+    )
 
 
-def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
+def team_state_gpus_sum_query(
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
+) -> str:
     """GE each team held per allocated state (unknown, idle, active), summed over the grid points.
 
     team_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -583,10 +609,18 @@ def team_state_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, 
         sum_over_time((max by (team, state) (avg_over_time(gpuwatch_team_gpus[59999ms])))[86399999ms:60s])
     """
     metric = "gpuwatch_team_gpus"
-    return _summed(("team", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    return _summed(
+        ("team", "state"), metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers
+    )
 
 
-def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
+def team_used_gpus_sum_query(
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
+) -> str:
     """Busy GE (utilization × GE share) per team, summed over the grid points of the range.
 
     team_used_gpus_sum_query(range_seconds=86400, resolution_seconds=60) is::
@@ -594,11 +628,16 @@ def team_used_gpus_sum_query(*, range_seconds: float, resolution_seconds: int, r
         sum_over_time((max by (team) (avg_over_time(gpuwatch_team_used_gpus[59999ms])))[86399999ms:60s])
     """
     metric = "gpuwatch_team_used_gpus"
-    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
 
 
 def team_cost_sum_query(
-    *, range_seconds: float, resolution_seconds: int, idle: bool = False, rollup: str = ""
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    idle: bool = False,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
 ) -> str:
     """A team's spend rate (USD/h), allocated or idle-allocated, summed over the grid points.
 
@@ -617,11 +656,16 @@ def team_cost_sum_query(
         )
     """
     metric = "gpuwatch_team_idle_cost_usd_per_hour" if idle else "gpuwatch_team_cost_usd_per_hour"
-    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
 
 
 def team_energy_sum_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = ""
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
 ) -> str:
     """A team's GPU power (W) or energy cost rate (USD/h), summed over the grid points of the range.
 
@@ -634,7 +678,7 @@ def team_energy_sum_query(
         )
     """
     metric = _one_of_metrics(metric, TEAM_ENERGY_METRICS)
-    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    return _summed(("team",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
 
 
 def pod_gpus_sum_query(
@@ -682,6 +726,7 @@ def team_pool_gpus_sum_query(
     resolution_seconds: int,
     teams: Sequence[str] = (),
     rollup: str = "",
+    matchers: Sequence[Matcher] = (),
 ) -> str:
     """GE of pods (allocated, idle-allocated, busy or unknown) per team and pool, summed over the grid
     points of the range: what a view scoped to teams or pools draws (only `teams`' pods when given).
@@ -705,7 +750,8 @@ def team_pool_gpus_sum_query(
         )
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
-    body = _on_grid("sum_over_time", metric, range_seconds, resolution_seconds, _teams(teams), rollup)
+    scope = [*matchers, *_teams(teams)]
+    body = _on_grid("sum_over_time", metric, range_seconds, resolution_seconds, scope, rollup)
     return _by("sum", ("team", "pool"), body)
 
 
@@ -818,7 +864,13 @@ def pod_idle_since_last_query(
 
 
 def pool_sum_query(
-    metric: str, *, range_seconds: float, resolution_seconds: int, count: bool = False, rollup: str = ""
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    count: bool = False,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
 ) -> str:
     """A per-pool ratio, price or GE summed (or, count=True, counted) over the grid points of the range:
     its time average is Σ sum / Σ count over the pieces of a window, each weighted by its sample interval.
@@ -842,10 +894,17 @@ def pool_sum_query(
     """
     metric = _one_of_metrics(metric, (*POOL_MEAN_METRICS, *POOL_GE_METRICS, *POOL_ENERGY_METRICS))
     function = "count_over_time" if count else "sum_over_time"
-    return _summed(("pool",), metric, function, range_seconds, resolution_seconds, rollup)
+    return _summed(("pool",), metric, function, range_seconds, resolution_seconds, rollup, matchers)
 
 
-def node_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int, rollup: str = "") -> str:
+def node_sum_query(
+    metric: str,
+    *,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
+) -> str:
     """GPU units per node (capacity, or with DCGM telemetry) summed over the grid points of the range.
 
     The same for gpuwatch_node_gpus_reporting;
@@ -862,34 +921,36 @@ def node_sum_query(metric: str, *, range_seconds: float, resolution_seconds: int
         )
     """
     metric = _one_of_metrics(metric, NODE_SUM_METRICS)
-    return _summed(("node",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup)
+    return _summed(("node",), metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
 
 
-def node_capacity_latest_query() -> str:
+def node_capacity_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """Physical GPUs per node now (an instant query: the latest sample, staleness-aware).
 
     max by (node, pool) (gpuwatch_node_gpu_capacity)
     """
-    return f"max by (node, pool) ({selector('gpuwatch_node_gpu_capacity')})"
+    return f"max by (node, pool) ({selector('gpuwatch_node_gpu_capacity', matchers)})"
 
 
-def node_state_gpus_latest_query() -> str:
+def node_state_gpus_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """GE of each node per ledger state now (instant query).
 
     max by (node, pool, state) (gpuwatch_node_gpus)
     """
-    return one_copy(selector("gpuwatch_node_gpus"), "gpuwatch_node_gpus")
+    return one_copy(selector("gpuwatch_node_gpus", matchers), "gpuwatch_node_gpus")
 
 
-def team_state_gpus_latest_query() -> str:
+def team_state_gpus_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """GE each team holds per allocated ledger state now (instant query).
 
     max by (team, state) (gpuwatch_team_gpus)
     """
-    return one_copy(selector("gpuwatch_team_gpus"), "gpuwatch_team_gpus")
+    return one_copy(selector("gpuwatch_team_gpus", matchers), "gpuwatch_team_gpus")
 
 
-def pod_gpus_by_node_latest_query(metric: str, *, teams: Sequence[str] = ()) -> str:
+def pod_gpus_by_node_latest_query(
+    metric: str, *, teams: Sequence[str] = (), matchers: Sequence[Matcher] = ()
+) -> str:
     """GE of pods (allocated, idle-allocated, busy or unknown) per team, pool and node now (instant query;
     only `teams`' pods when given).
 
@@ -903,42 +964,45 @@ def pod_gpus_by_node_latest_query(metric: str, *, teams: Sequence[str] = ()) -> 
         )
     """
     metric = _one_of_metrics(metric, POD_SUM_METRICS)
-    matchers = [one_of("team", teams)] if teams else []
-    return _by("sum", ("team", "pool", "node"), one_copy(selector(metric, matchers), metric))
+    scope = [*matchers, *_teams(teams)]
+    return _by("sum", ("team", "pool", "node"), one_copy(selector(metric, scope), metric))
 
 
-def largest_free_block_latest_query() -> str:
+def largest_free_block_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """The largest request one schedulable node of each pool can take now (instant query).
 
     max by (pool) (gpuwatch_pool_largest_free_block_gpus)
     """
-    return f"max by (pool) ({selector('gpuwatch_pool_largest_free_block_gpus')})"
+    return f"max by (pool) ({selector('gpuwatch_pool_largest_free_block_gpus', matchers)})"
 
 
-def pending_pod_gpus_latest_query() -> str:
+def pending_pod_gpus_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """GE each pending GPU pod requests now, and why it waits (instant query).
 
     max by (namespace, pod, team, pool, blocked_by) (gpuwatch_pending_pod_gpus)
     """
-    return f"max by ({', '.join(PENDING_LABELS)}, blocked_by) ({selector('gpuwatch_pending_pod_gpus')})"
+    pending = selector("gpuwatch_pending_pod_gpus", matchers)
+    return f"max by ({', '.join(PENDING_LABELS)}, blocked_by) ({pending})"
 
 
-def pending_pod_waiting_latest_query() -> str:
+def pending_pod_waiting_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """How long each pending GPU pod had waited at the exporter's latest cycle (instant query).
 
     max by (namespace, pod, team, pool) (gpuwatch_pending_pod_waiting_seconds)
     """
-    return f"max by ({', '.join(PENDING_LABELS)}) ({selector('gpuwatch_pending_pod_waiting_seconds')})"
+    return (
+        f"max by ({', '.join(PENDING_LABELS)}) ({selector('gpuwatch_pending_pod_waiting_seconds', matchers)})"
+    )
 
 
-def pending_pod_info_latest_query() -> str:
+def pending_pod_info_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """Why each pending GPU pod waits, in words, and what it asks of a node (instant query).
 
     max by (namespace, pod, team, pool, reason, scheduler_message, node_affinity, tolerations)
       (gpuwatch_pending_pod_info)
     """
     labels = ", ".join((*PENDING_LABELS, *PENDING_INFO_LABELS))
-    return f"max by ({labels}) ({selector('gpuwatch_pending_pod_info')})"
+    return f"max by ({labels}) ({selector('gpuwatch_pending_pod_info', matchers)})"
 
 
 # A ClusterQueue's GE in a pool as the exporter published it each cycle (QUEUE_USAGE's columns).
@@ -950,7 +1014,9 @@ QUEUE_GPU_METRICS = (
 )
 
 
-def queue_gpus_mean_query(metric: str, *, range_seconds: float, resolution_seconds: int) -> str:
+def queue_gpus_mean_query(
+    metric: str, *, range_seconds: float, resolution_seconds: int, matchers: Sequence[Matcher] = ()
+) -> str:
     """A ClusterQueue's nominal, used, borrowed or lent GE in a pool, averaged over the grid points of the
     range: the queue's mean over a sample of the queue grid, whatever Workloads Kueue has deleted since.
 
@@ -964,20 +1030,20 @@ def queue_gpus_mean_query(metric: str, *, range_seconds: float, resolution_secon
         )
     """
     metric = _one_of_metrics(metric, QUEUE_GPU_METRICS)
-    return _on_grid("avg_over_time", metric, range_seconds, resolution_seconds)
+    return _on_grid("avg_over_time", metric, range_seconds, resolution_seconds, matchers)
 
 
-def pool_tainted_nodes_latest_query() -> str:
+def pool_tainted_nodes_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """How many of each pool's nodes carry each taint now (instant query).
 
     max by (pool, taint) (gpuwatch_pool_tainted_nodes)
     """
-    return f"max by (pool, taint) ({selector('gpuwatch_pool_tainted_nodes')})"
+    return f"max by (pool, taint) ({selector('gpuwatch_pool_tainted_nodes', matchers)})"
 
 
-def pool_info_latest_query() -> str:
+def pool_info_latest_query(matchers: Sequence[Matcher] = ()) -> str:
     """Each pool's vendor now (instant query).
 
     max by (pool, vendor) (gpuwatch_pool_info)
     """
-    return f"max by (pool, vendor) ({selector('gpuwatch_pool_info')})"
+    return f"max by (pool, vendor) ({selector('gpuwatch_pool_info', matchers)})"

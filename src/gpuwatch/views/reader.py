@@ -6,19 +6,12 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Final
 
+from gpuwatch.analysis import Analysis
 from gpuwatch.history import assemble, price_cuts, read_pieces, read_sums, scope_sums
 from gpuwatch.model import Window
 from gpuwatch.report import Report, build_history_report
 from gpuwatch.service import FleetService
-from gpuwatch.sources.prometheus import (
-    PodReader,
-    PrometheusSource,
-    history_timeline,
-    node_states_now,
-    pods_by_node_now,
-    team_pool_timeline,
-    team_states_now,
-)
+from gpuwatch.sources.historystore import HistoryStore
 from gpuwatch.sources.promql import ROLLUP_SECONDS
 from gpuwatch.views.base import FleetView, Scope, bucket_seconds
 from gpuwatch.views.raw import RawView
@@ -44,10 +37,10 @@ def prefers_recorded(service: FleetService, window: Window) -> bool:
     gpuwatch_* history: GPUs as the exporter published them at the window's end or, for a window it
     published nothing in (before it was deployed, or while it was down), as the API server counts them now:
     the raw path would read them all."""
-    prometheus = service.sources.recorded()
-    if prometheus is None:
+    store = service.sources.recorded()
+    if store is None:
         return False
-    gpus = float(node_states_now(prometheus, window.end)["value"].sum())
+    gpus = float(store.node_states_now(window.end)["value"].sum())
     if gpus == 0:
         gpus = float(sum(node.gpu_count for node in service.sources.cluster_state().nodes))
     return gpu_samples(gpus, window) > service.settings.views.raw_max_gpu_samples
@@ -58,9 +51,9 @@ def open_view(service: FleetService, window: Window, *, computed_at: datetime) -
     history, or the raw path (which holds every GPU-sample in pandas). A costly window Prometheus holds
     no gpuwatch_* history for stays on the recorded path and shows that gap (the previous period of a
     month reaching before the exporter was deployed, say): recomputing it raw is what the cost forbids."""
-    prometheus = service.sources.recorded()
-    if prometheus is not None and prefers_recorded(service, window):
-        return RecordedView(read_recorded(service, prometheus, window, computed_at=computed_at))
+    store = service.sources.recorded()
+    if store is not None and prefers_recorded(service, window):
+        return RecordedView(read_recorded(service, store, window, computed_at=computed_at))
     return RawView(analysis=service.analysis(window), computed_at=computed_at, queues=service.queue_setup())
 
 
@@ -70,45 +63,46 @@ def trend_report(service: FleetService, window: Window, scope: Scope, *, compute
     path without a pool or product filter those come from the team, pool and node series alone: the
     per-pod families a whole report reads are left out, so its workload, namespace and pool rows are
     empty. Otherwise the window's whole view."""
-    prometheus = service.sources.recorded()
-    if prometheus is None or scope.pools or scope.products or not prefers_recorded(service, window):
+    store = service.sources.recorded()
+    if store is None or scope.pools or scope.products or not prefers_recorded(service, window):
         return open_view(service, window, computed_at=computed_at).scoped(scope).summary
+    store = store.only(scope.clusters)  # a cluster filter: those clusters' history alone
     cuts = price_cuts(service.settings, window)
-    sums = scope_sums(read_sums(prometheus, window, pods=False, cuts=cuts), teams=scope.teams)
-    history = assemble(
-        sums, window=window, settings=service.settings, source_warnings=prometheus.take_warnings()
-    )
+    sums = scope_sums(read_sums(store, window, pods=False, cuts=cuts), teams=scope.teams)
+    history = assemble(sums, window=window, settings=service.settings, source_warnings=store.take_warnings())
     return build_history_report(history)
 
 
 def read_recorded(
     service: FleetService,
-    prometheus: PrometheusSource,
+    store: HistoryStore,
     window: Window,
     *,
     computed_at: datetime,
+    present: Analysis | None = None,
 ) -> Recorded:
     """Everything a recorded view draws for the window, read once for the whole fleet (the scoped
     timelines and pods at the end when a scope first asks, once per set of teams; the per-pod families
     when a page asks, PodReader). The reads go side by side: Prometheus sums the window while this
     process builds the present from the API server. The idle pods' family, which the default page's
-    most wasteful workloads come from, starts reading with them."""
+    most wasteful workloads come from, starts reading with them. `present`: the window's end already
+    computed (the fleet's, when some of its clusters' history is read alone: Recorded.of_clusters)."""
     # One sample at the end, of the same length whatever the window's step: windows ending together
     # (24 h, 7 d and 30 d up to now) share it.
     step = min(window.step_seconds, PRESENT_STEP_SECONDS)
     last_step = Window(start=window.end - timedelta(seconds=step), end=window.end, step_seconds=step)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        pieces = pool.submit(read_pieces, prometheus, window, cuts=price_cuts(service.settings, window))
+        pieces = pool.submit(read_pieces, store, window, cuts=price_cuts(service.settings, window))
         timeline_read = pool.submit(
-            history_timeline, prometheus, window, bucket_seconds=recorded_bucket_seconds(window)
+            store.history_timeline, window, bucket_seconds=recorded_bucket_seconds(window)
         )
-        present = pool.submit(service.analysis, last_step)
+        now = pool.submit(lambda: service.analysis(last_step) if present is None else present)
         queues = pool.submit(service.queue_setup)
-        node_states = pool.submit(node_states_now, prometheus, window.end)
-        team_states = pool.submit(team_states_now, prometheus, window.end)
-        pods = PodReader(prometheus, pieces.result())
+        node_states = pool.submit(store.node_states_now, window.end)
+        team_states = pool.submit(store.team_states_now, window.end)
+        pods = store.pod_reader(pieces.result())
         pods.of_teams().start("pod_idle")
-        sums = pool.submit(read_sums, prometheus, window, pieces=pods.pieces, pods=False)
+        sums = pool.submit(read_sums, store, window, pieces=pods.pieces, pods=False)
     timeline = timeline_read.result()
     return Recorded(
         settings=service.settings,
@@ -118,12 +112,18 @@ def read_recorded(
         timeline=timeline,
         node_states=node_states.result(),
         team_states=team_states.result(),
-        team_pools=lru_cache(maxsize=16)(
-            lambda teams: team_pool_timeline(prometheus, pieces=timeline.pieces, teams=teams)
-        ),
-        pods_now=lru_cache(maxsize=16)(lambda teams: pods_by_node_now(prometheus, window.end, teams=teams)),
-        present=present.result(),
+        store=store,
+        team_pools=lru_cache(maxsize=16)(lambda teams: store.team_pool_timeline(timeline.pieces, teams)),
+        pods_now=lru_cache(maxsize=16)(lambda teams: store.pods_by_node_now(window.end, teams)),
+        present=now.result(),
         computed_at=computed_at,
-        source_warnings=tuple(prometheus.take_warnings()),
+        source_warnings=tuple(store.take_warnings()),
         queues=queues.result(),
+        of_clusters=lru_cache(maxsize=8)(
+            lambda clusters: read_recorded(
+                service, store.only(clusters), window, computed_at=computed_at, present=now.result()
+            )
+        )
+        if store.clusters()
+        else None,
     )

@@ -28,18 +28,17 @@ from gpuwatch.history import (
     team_pool_hours,
     workload_table,
 )
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, cluster_of
 from gpuwatch.queues import QueueSetup, QueueTables, idle_now, no_queues
 from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, history_queues, workload_rows
+from gpuwatch.sources.historystore import HistoryStore, PodReads
 from gpuwatch.sources.prometheus import (
     POD_FAMILIES,
     POD_IDLE_SPLIT,
     POD_NEEDS,
     HistorySums,
     HistoryTimeline,
-    PodReader,
     pod_totals,
-    team_pool_allocated,
 )
 from gpuwatch.sources.promql import POD_HISTORY_LABELS
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
@@ -63,7 +62,8 @@ class Recorded:
     settings: Settings
     window: Window
     sums: HistorySums  # per day-piece sums of the report, the per-pod families left empty
-    pods: PodReader  # the per-pod families of the same pieces, read when asked for
+    pods: PodReads  # the per-pod families of the same pieces, read when asked for
+    store: HistoryStore  # where they were read
     timeline: HistoryTimeline  # per bucket sums: what is drawn
     node_states: pd.DataFrame  # node, pool, state, value: GE per ledger state at the window's end
     team_states: pd.DataFrame  # team, state, value: GE per allocated state at the window's end
@@ -73,6 +73,8 @@ class Recorded:
     computed_at: datetime
     source_warnings: tuple[str, ...] = ()
     queues: QueueSetup = field(default_factory=no_queues)  # Kueue's queues (none without Kueue)
+    # The same window read from some clusters' history alone (a fleet of several; None: one cluster)
+    of_clusters: Callable[[tuple[str, ...]], "Recorded"] | None = None
 
 
 class RecordedView(FleetView):
@@ -85,8 +87,14 @@ class RecordedView(FleetView):
 
     def __init__(self, recorded: Recorded, *, scope: Scope | None = None) -> None:
         scope = scope or Scope()
+        # A cluster filter reads those clusters' history alone (a cluster the fleet lacks filters nothing).
+        clusters = tuple(sorted(set(scope.clusters) & set(recorded.store.clusters())))
+        if clusters and recorded.of_clusters is not None:
+            recorded = recorded.of_clusters(clusters)
         self.recorded = recorded
+        self._clusters = clusters
         nodes = recorded.present.nodes
+        nodes = nodes[nodes["cluster"].isin(clusters)] if clusters else nodes
         self._pools = _scope_pools(scope, nodes)
         self._nodes = nodes if self._pools is None else nodes[nodes["pool"].isin(self._pools)]
         self._gaps_text = gap_warnings(recorded.timeline.pieces)
@@ -176,7 +184,7 @@ class RecordedView(FleetView):
             # The teams' allocation per pool summed by Prometheus, the idle pods from what the exporter
             # published last and the idle pods' family: not every pod's families.
             pods = self.recorded.pods
-            held = team_pool_allocated(pods.source, pods.pieces)
+            held = self.recorded.store.team_pool_allocated(pods.pieces)
             allocated = team_pool_hours(pods.pieces, held, "allocated_gpu_hours")
             columns = ["namespace", "pod", "team", "pool", "gpus", "idle_since"]
             rows = pd.DataFrame(self.idle_now(), columns=columns)  # idle and holding GPUs at the end
@@ -292,24 +300,32 @@ class RecordedView(FleetView):
 
     def _per_bucket(self, frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
         """Σ value per bucket and keys ÷ the bucket's grid points with samples: the bucket's mean, with
-        timestamp = its start; buckets without samples are left out (no history is not 0)."""
+        timestamp = its start; buckets without samples are left out (no history is not 0). Several
+        clusters' buckets starting together are summed, and left out where one of them has no samples
+        (the fleet's mean there is not known)."""
         pieces = self.recorded.timeline.pieces
         covered = pieces[pieces["samples"] > 0].set_index("piece")
         summed = frame.groupby(["piece", *keys], as_index=False, sort=True).agg(value=("value", "sum"))
         summed = summed[summed["piece"].isin(covered.index)].reset_index(drop=True)
         samples = summed["piece"].map(covered["samples"]).to_numpy(dtype=np.float64)
         starts = covered["end"] - pd.to_timedelta(covered["seconds"], unit="s")
-        return summed.assign(  # (reindex, not map: an empty read's piece column is no integer)
+        means = summed.assign(  # (reindex, not map: an empty read's piece column is no integer)
             value=summed["value"].to_numpy() / samples, timestamp=starts.reindex(summed["piece"]).to_numpy()
         )
+        means = means[~means["timestamp"].isin(self._holes())]
+        return means.groupby(["timestamp", *keys], as_index=False, sort=True).agg(value=("value", "sum"))
+
+    def _holes(self) -> "pd.Series[pd.Timestamp]":
+        """The starts of the buckets without samples (in some cluster of several)."""
+        pieces = self.recorded.timeline.pieces
+        missing = pieces[pieces["samples"] <= 0]
+        starts: pd.Series[pd.Timestamp] = missing["end"] - pd.to_timedelta(missing["seconds"], unit="s")
+        return starts
 
     def _gaps(self, frame: pd.DataFrame) -> pd.DataFrame:
         """frame (timestamp + value columns) with a NaN row at the start of every bucket without samples,
         so lines break there instead of joining across missing history."""
-        pieces = self.recorded.timeline.pieces
-        missing = pieces[pieces["samples"] <= 0]
-        starts = missing["end"] - pd.to_timedelta(missing["seconds"], unit="s")
-        holes = pd.DataFrame({"timestamp": starts.to_numpy()})
+        holes = pd.DataFrame({"timestamp": self._holes().drop_duplicates().to_numpy()})
         holes["timestamp"] = pd.to_datetime(holes["timestamp"], utc=True)
         return pd.concat([frame, holes], ignore_index=True).sort_values("timestamp", ignore_index=True)
 
@@ -377,13 +393,18 @@ class RecordedView(FleetView):
     def fragmentation_timeline(self) -> pd.DataFrame:
         def compute() -> pd.DataFrame:
             t = self.recorded.timeline
-            if len(t.free_sum):  # Σ fragmented ÷ Σ free per bucket, as the raw path buckets them
-                ratio = _ratio(self._in_pools(t.fragmented_sum), self._in_pools(t.free_sum), zero=True)
-            else:  # history from an exporter that published only the ratio: its bucket mean
-                ratio = _ratio(self._in_pools(t.fragmentation_sum), self._in_pools(t.fragmentation_count))
             pieces = t.pieces.set_index("piece")
             starts = pieces["end"] - pd.to_timedelta(pieces["seconds"], unit="s")
-            ratio.insert(0, "timestamp", ratio["piece"].map(starts))
+
+            def timed(frame: pd.DataFrame) -> pd.DataFrame:  # per bucket start: several clusters' summed
+                frame = self._in_pools(frame).assign(timestamp=lambda f: f["piece"].map(starts))
+                frame = frame[~frame["timestamp"].isin(self._holes())]
+                return frame.groupby(["timestamp", "pool"], as_index=False).agg(value=("value", "sum"))
+
+            if len(t.free_sum):  # Σ fragmented ÷ Σ free per bucket, as the raw path buckets them
+                ratio = _ratio(timed(t.fragmented_sum), timed(t.free_sum), zero=True)
+            else:  # history from an exporter that published only the ratio: its bucket mean
+                ratio = _ratio(timed(t.fragmentation_sum), timed(t.fragmentation_count))
             return ratio[["timestamp", "pool", "fragmentation_ratio"]].sort_values(
                 ["timestamp", "pool"], ignore_index=True
             )
@@ -450,6 +471,8 @@ class RecordedView(FleetView):
 
     def _last(self) -> pd.DataFrame:
         last = _at_end(self.recorded.present.marked)
+        if self._clusters:
+            last = last[last["node"].astype("str").map(cluster_of).isin(self._clusters)]
         if self.scope.teams:
             last = last[last["team"].isin(self.scope.teams)]
         return self._in_pools(last)
@@ -473,6 +496,8 @@ class RecordedView(FleetView):
 
     def pending_detail(self) -> pd.DataFrame:
         pending = self.recorded.present.pending
+        if self._clusters:  # a pending pod is its cluster's (its qualified name says which)
+            pending = pending[pending["pod"].map(cluster_of).isin(self._clusters)]
         return pending[["namespace", "pod", "pool_free_ge", "largest_free_block_ge"]]
 
 
@@ -488,9 +513,9 @@ def _held_at_end(marked: pd.DataFrame) -> set[tuple[str, str]]:
 
 
 def _ratio(top: pd.DataFrame, bottom: pd.DataFrame, *, zero: bool = False) -> pd.DataFrame:
-    """piece, pool, fragmentation_ratio = top ÷ bottom per piece and pool (0 where bottom is 0 when
+    """timestamp, pool, fragmentation_ratio = top ÷ bottom per bucket and pool (0 where bottom is 0 when
     `zero`, else left out)."""
-    keys = ["piece", "pool"]
+    keys = ["timestamp", "pool"]
     b = bottom.set_index(keys)["value"]
     t = top.set_index(keys)["value"].reindex(b.index).fillna(0.0)
     ratio = t / b.where(b > 0)
