@@ -274,6 +274,16 @@ def test_history_path_reads_each_cluster_from_its_own_history(fleet: Fleet, tmp_
     truth = _namespace_truth(list(fleet.fleets.values()))
     for namespace in truth.index:
         assert rows[namespace] == pytest.approx(truth[namespace], rel=0.01), namespace
+    # Each cluster's queues from the quota and usage its exporter published, under their qualified names.
+    queues = {q["cluster_queue"]: q for q in history["queues"]}
+    expected = {q["cluster_queue"]: q for q in raw["queues"]}
+    assert len(expected) > 0 and sorted(queues) == sorted(expected)
+    assert {c.partition("/")[0] for c in queues} == set(got)
+    for name, row in expected.items():
+        assert queues[name]["nominal_gpus"] == pytest.approx(row["nominal_gpus"]), name
+        assert queues[name]["used_gpu_hours"] == pytest.approx(row["used_gpu_hours"], rel=0.01, abs=0.05), (
+            name
+        )
 
 
 def test_a_cluster_of_a_shared_store_reads_its_own_history_alone(fleet: Fleet, tmp_path: Path) -> None:
