@@ -17,43 +17,17 @@ from gpuwatch.analytics.fragmentation import diagnose_pending, fragmentation, re
 from gpuwatch.analytics.placement import screen_pending
 from gpuwatch.config import load_settings
 from gpuwatch.model import GPU_PRODUCT_LABEL, RESOURCE_GPU, Node, Pod, cluster_of
-from gpuwatch.schema import GPU_REQUESTS, PENDING_PODS, REQUEST_MIX, SCHEDULABLE_FREE
+from gpuwatch.schema import PENDING_PODS, REQUEST_MIX
 from gpuwatch.service import FleetService, MultiClusterSources
 from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.views.base import Scope
 from gpuwatch.views.raw import RawView
+from tests.unit.test_fragmentation import T0, free, requests
 
-T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")
 A, B = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
 EXACT = {"check_exact": False, "rtol": 1e-12, "atol": 0.0}
 TWO_CLUSTERS = Path(__file__).parents[2] / "docs/examples/two-clusters.yaml"
 END = datetime(2026, 11, 20, tzinfo=UTC)
-
-
-def requests(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
-    """GPU_REQUESTS from (pod, pool, gpus); pod names carry their cluster ("eu/a1") or none."""
-    frame = pd.DataFrame(
-        {
-            "namespace": pd.Series(["ml"] * len(rows), dtype="str"),
-            "pod": pd.Series([r[0] for r in rows], dtype="str"),
-            "pool": pd.Series([r[1] for r in rows], dtype="str"),
-            "gpus": [float(r[2]) for r in rows],
-        }
-    )
-    return GPU_REQUESTS.check(frame)
-
-
-def free(rows: list[tuple[int, str, str, float]]) -> pd.DataFrame:
-    """SCHEDULABLE_FREE from (sample, node, pool, free GE)."""
-    frame = pd.DataFrame(
-        {
-            "timestamp": pd.to_datetime([T0 + pd.Timedelta(minutes=r[0]) for r in rows], utc=True),
-            "node": pd.Series([r[1] for r in rows], dtype="str"),
-            "pool": pd.Series([r[2] for r in rows], dtype="str"),
-            "schedulable_free_ge": [float(r[3]) for r in rows],
-        }
-    )
-    return SCHEDULABLE_FREE.check(frame)
 
 
 # Pool A in cluster eu asks 1, 1, 4, 4 (p_1 = p_4 = 1/2) and a pod without a product selector asks 2, so
