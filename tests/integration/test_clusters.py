@@ -370,3 +370,27 @@ def test_a_cluster_whose_store_is_down_is_named_and_the_others_history_stays_who
     assert report["fleet"]["capacity_gpu_hours"] == pytest.approx(
         sum(whole[name]["capacity_gpu_hours"] for name in SHARED), rel=1e-9
     )
+
+
+def test_a_recorded_view_keeps_the_history_of_a_cluster_whose_api_server_is_down(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    with KubeApiServer(fleet.fleets["us-1"], token=TOKEN) as gone:
+        dead = tmp_path / "kubeconfig-dead"
+        write_kubeconfig(dead, server_url=gone.url, token=TOKEN, ca_pem=gone.ca_pem)
+    config = _config(fleet, tmp_path / "down.yaml", {**fleet.kubeconfigs, "us-1": str(dead)})
+    settings = load_settings(config_path=str(config), env={})
+    service = FleetService.live(replace(settings, views=ViewSettings(raw_max_gpu_samples=0)))
+    view = open_view(service, fleet.fleets["eu-1"].window, computed_at=END)
+    assert isinstance(view, RecordedView)
+    whole = {
+        c["cluster"]: c
+        for c in _history_report(_config(fleet, tmp_path / "all.yaml"), fleet.fleets["eu-1"])["clusters"]
+    }
+    rows = {c["cluster"]: c for c in view.headline["clusters"]}
+    # us-1's history is whole (its store answers); what its API server says now is missing, and said so.
+    for key in ("capacity_gpu_hours", "allocated_gpu_hours", "cost_usd"):
+        assert rows["us-1"][key] == pytest.approx(whole["us-1"][key], rel=1e-9), key
+    warnings = view.headline["coverage"]["warnings"]
+    assert any(w.startswith("cluster us-1: API server not read") for w in warnings)
+    assert not view.nodes()["node"].str.startswith("us-1/").any()

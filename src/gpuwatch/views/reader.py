@@ -117,7 +117,14 @@ def read_recorded(
         pods_now=lru_cache(maxsize=16)(lambda teams: store.pods_by_node_now(window.end, teams)),
         present=now.result(),
         computed_at=computed_at,
-        source_warnings=tuple(store.take_warnings()),
+        source_warnings=(
+            *store.take_warnings(),
+            *(  # its history is read from its store; what the API server says now is not
+                f"cluster {c}: API server not read ({why}); its nodes and pods now are left out, its "
+                "recorded history is whole"
+                for c, why in now.result().unreachable.items()
+            ),
+        ),
         queues=queues.result(),
         of_clusters=lru_cache(maxsize=8)(
             lambda clusters: read_recorded(
