@@ -370,6 +370,14 @@ def test_a_cluster_whose_store_is_down_is_named_and_the_others_history_stays_who
     assert report["fleet"]["capacity_gpu_hours"] == pytest.approx(
         sum(whole[name]["capacity_gpu_hours"] for name in SHARED), rel=1e-9
     )
+    # Drawn on the recorded path: ap-1 is left out (its row says why), the others' buckets are whole.
+    settings = load_settings(config_path=str(_config(down, tmp_path / "down.yaml")), env={})
+    service = FleetService.live(replace(settings, views=ViewSettings(raw_max_gpu_samples=0)))
+    view = open_view(service, fleet.fleets["eu-1"].window, computed_at=END)
+    assert isinstance(view, RecordedView)
+    assert {c["cluster"]: c["error"] for c in view.headline["clusters"]}["ap-1"] is not None
+    timeline = view.ledger_timeline()
+    assert len(timeline) > 0 and timeline[STATE_COLUMNS].sum(axis=1).to_numpy() == pytest.approx(96.0)
 
 
 def test_a_recorded_view_keeps_the_history_of_a_cluster_whose_api_server_is_down(

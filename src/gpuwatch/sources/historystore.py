@@ -220,11 +220,11 @@ class ClustersHistory:
 
     def history_timeline(self, window: Window, *, bucket_seconds: int) -> HistoryTimeline:
         """Each cluster's buckets under ids of their own (their sample counts are theirs): a view sums the
-        clusters' bucket means at each bucket start."""
+        clusters' bucket means at each bucket start. A cluster whose store failed is left out of what is
+        drawn (its clusters[] row and a warning say so), as a cluster whose API server fails is."""
         parts = self._each(lambda s: s.history_timeline(window, bucket_seconds=bucket_seconds))
-        every = self._with_gaps({c: t.pieces for c, t in parts.items()}, window, bucket_seconds)
-        pieces = merged_pieces(every)
-        offsets = _offsets({c: len(p) for c, p in every.items()})
+        pieces = merged_pieces({c: t.pieces for c, t in parts.items()})
+        offsets = _offsets({c: len(t.pieces) for c, t in parts.items()})
         frames = {
             f.name: concat_clusters({c: _offset(getattr(t, f.name), offsets[c]) for c, t in parts.items()})
             for f in fields(HistoryTimeline)
