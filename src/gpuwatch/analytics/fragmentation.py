@@ -177,10 +177,10 @@ def diagnose_pending(
     (the report's "now"); no clock is read here.
     Fragmentation when the nodes the pod may use have ≥ k free GE in total on schedulable nodes but no
     single node has k; capacity otherwise. In a fleet of several clusters those are the nodes of the
-    pod's own cluster (model.cluster_of of the qualified names). Returns the pending columns plus
-    pool_free_ge and largest_free_block_ge (over the nodes it may use), waiting_seconds (as_of − created_at),
-    blocked_by, reason (in the user's words), node_affinity, tolerations and scheduler_message, sorted
-    by waiting_seconds descending.
+    pod's own cluster (placement.screen_pending screens each pod against them alone). Returns the
+    pending columns plus pool_free_ge and largest_free_block_ge (over the nodes it may use),
+    waiting_seconds (as_of − created_at), blocked_by, reason (in the user's words), node_affinity,
+    tolerations and scheduler_message, sorted by waiting_seconds descending.
     """
     PENDING_PODS.check(pending)
     SCHEDULABLE_FREE.check(free_at_last_sample)
@@ -188,12 +188,9 @@ def diagnose_pending(
     PLACEABLE_NODES.check(placeable)
     last = last_sample(free_at_last_sample)
     free = placeable.merge(last[["node", "schedulable_free_ge"]], on="node", how="left")
-    # A pod may use its own cluster's nodes only (in a fleet of several, qualified names say which).
-    free["cluster"] = clusters_of(free["node"])
-    per_group = free.groupby(["group", "cluster"])["schedulable_free_ge"].agg(["sum", "max", "size"])
+    per_group = free.groupby("group")["schedulable_free_ge"].agg(["sum", "max", "size"])
     screened = pending.merge(screens, on=["namespace", "pod"], how="left", validate="one_to_one")
-    keys = pd.MultiIndex.from_arrays([screened["group"].to_numpy(), clusters_of(screened["pod"]).to_numpy()])
-    stats = per_group.reindex(keys).fillna(0.0)
+    stats = per_group.reindex(screened["group"].to_numpy()).fillna(0.0)
     total = stats["sum"].to_numpy(dtype=np.float64)
     largest = stats["max"].to_numpy(dtype=np.float64)
     k = screened["gpus"].to_numpy(dtype=np.float64)

@@ -11,7 +11,7 @@ as the raw path qualifies them.
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import fields, replace
+from dataclasses import fields
 from datetime import datetime
 from typing import Protocol, TypeVar
 
@@ -363,8 +363,7 @@ class ClustersPodFamilies:
         parts = {c: f.totals(*families) for c, f in self.families.items()}
         sums = pd.concat([p["namespace_sums"] for p in parts.values()], ignore_index=True)
         pods = pd.concat([p["namespace_pods"] for p in parts.values()], ignore_index=True)
-        pods = pods.groupby(["namespace", "team"], as_index=False, sort=True).agg(value=("value", "sum"))
-        return {"namespace_sums": sums, "namespace_pods": pods}
+        return {"namespace_sums": sums, "namespace_pods": _pods_per_namespace(pods)}
 
 
 def own_pieces(pieces: pd.DataFrame, cluster: str) -> pd.DataFrame:
@@ -380,8 +379,8 @@ def merged_pieces(parts: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def qualified_rows(frame: pd.DataFrame, cluster: str) -> pd.DataFrame:
-    """A cluster's rows with their node and pod names qualified by the cluster (a categorical's categories
-    renamed, a column of strings concatenated: never a Python loop per row)."""
+    """A cluster's rows with their NAMED columns (node, pod, ClusterQueue, cohort) qualified by the cluster
+    (a categorical's categories renamed, a column of strings concatenated: never a Python loop per row)."""
     out = frame.copy()
     for column in NAMED:
         if column not in out:
@@ -418,10 +417,13 @@ def merged_sums(parts: Mapping[str, HistorySums], pieces: pd.DataFrame) -> Histo
     frames["tainted_nodes_now"] = tainted.groupby(["pool", "taint"], as_index=False).agg(
         value=("value", "sum")
     )
-    frames["namespace_pods"] = (
-        frames["namespace_pods"].groupby(["namespace", "team"], as_index=False).agg(value=("value", "sum"))
-    )
-    return replace(next(iter(parts.values())), pieces=pieces, **frames)
+    frames["namespace_pods"] = _pods_per_namespace(frames["namespace_pods"])
+    return HistorySums(pieces=pieces, **frames)
+
+
+def _pods_per_namespace(pods: pd.DataFrame) -> pd.DataFrame:
+    """namespace, team, value: the clusters' pods seen, summed (a pod is its own cluster's alone)."""
+    return pods.groupby(["namespace", "team"], as_index=False, sort=True).agg(value=("value", "sum"))
 
 
 def _merged_families(parts: Mapping[str, Mapping[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
