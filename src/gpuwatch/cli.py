@@ -120,8 +120,16 @@ def _parser() -> argparse.ArgumentParser:
         description="What gpuwatch can see, one line each: `ok:` findings and `warning:` lines on standard "
         "output, problems on standard error.",
         epilog="exit codes: 0 no problem (warnings such as low coverage or a Prometheus with too little "
-        "history yet do not fail), 1 a problem was found, 2 usage or configuration error, 3 Prometheus "
-        "or the Kubernetes API is unreachable",
+        "history yet do not fail), 1 a problem was found, 2 usage or configuration error (a missing "
+        "kubeconfig too: the other sources are still checked), 3 Prometheus or the Kubernetes API is "
+        "unreachable",
+    )
+    check.add_argument(
+        "--timeout",
+        type=_duration_seconds,
+        default=10.0,
+        metavar="DURATION",
+        help="how long each source may take to answer (default 10s); the sources are asked side by side",
     )
     check.set_defaults(handler=_cmd_check)
 
@@ -309,18 +317,42 @@ GUNICORN_HINT = "for production, run it under gunicorn: gunicorn -c gunicorn.con
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from gpuwatch.ui import Listener, create_app
+    from gpuwatch.ui.app import load_users
 
     settings = _settings(args)  # a bad config is reported before anything else
+    service = _service(args, settings=settings, long_running=True)
+    service.sources.load()  # a missing kubeconfig or token file: exit 2 before listening
+    if args.auth_file:
+        load_users(args.auth_file)
     try:  # bound before the fleet is read: a port in use fails at once, the address is announced once served
         listener = Listener(args.host, args.port)
     except OSError as e:
         raise ConfigError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from e
-    service = _service(args, settings=settings, long_running=True)
     app = create_app(service, auth_file=args.auth_file)
-    what = "the simulated fleet" if args.demo else service.settings.prometheus.url
-    print(f"gpuwatch: serving {what} on {listener.url} ({GUNICORN_HINT})", file=sys.stderr, flush=True)
+    print(
+        f"gpuwatch: dashboard on {listener.url} · {_reading(args, service)} ({GUNICORN_HINT})",
+        file=sys.stderr,
+        flush=True,
+    )
     listener.serve(app)
     return EXIT_OK
+
+
+def _reading(args: argparse.Namespace, service: "FleetService") -> str:
+    """What a long-running command reads: "reading Prometheus at … and the Kubernetes API at …"."""
+    if getattr(args, "demo", False):
+        return "the simulated fleet"
+    from gpuwatch.service import LiveSources, MultiClusterSources
+
+    sources = service.sources
+    members = sources.members if isinstance(sources, MultiClusterSources) else {"": sources}
+    parts = []
+    for name, member in members.items():
+        if isinstance(member, LiveSources):
+            where = f"{name}: " if name else ""
+            prometheus, kubernetes = member.prometheus.url, member.kubernetes.server
+            parts.append(f"{where}Prometheus at {prometheus} and the Kubernetes API at {kubernetes}")
+    return "reading " + "; ".join(parts)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -399,15 +431,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from gpuwatch.exporter import PUBLISHED_FIELD_SECONDS, serve_exporter
 
     service = _service(args, long_running=True, field_seconds=PUBLISHED_FIELD_SECONDS)
-    server, loop, _registry = serve_exporter(
-        service, host=args.host, port=args.port, interval_seconds=args.interval
-    )
+    service.sources.load()  # a missing kubeconfig or token file: exit 2 before listening
+    try:
+        server, loop, _registry = serve_exporter(
+            service, host=args.host, port=args.port, interval_seconds=args.interval
+        )
+    except OSError as e:
+        raise ConfigError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from e
     print(
-        f"gpuwatch: exporting on http://{args.host}:{args.port}/metrics every {args.interval:g}s",
+        f"gpuwatch: exporting on http://{args.host}:{args.port}/metrics every {args.interval:g}s · "
+        f"{_reading(args, service)}",
         file=sys.stderr,
+        flush=True,
     )
-    if loop.result.error:
-        print(f"gpuwatch: warning: {loop.result.error}", file=sys.stderr)
     _wait_for_signal()
     loop.stop()
     server.shutdown()
@@ -417,13 +453,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from gpuwatch.check import check
 
-    result = check(_settings(args))
+    result = check(_settings(args), timeout_seconds=args.timeout)
     for line in result.findings:
         print(f"ok: {line}")
     for line in result.warnings:
         print(f"warning: {line}")
     for problem in result.problems:
         print(f"gpuwatch: problem: {problem}", file=sys.stderr)
+    if result.misconfigured:
+        return EXIT_USAGE
     if result.unreachable:
         return EXIT_SOURCE
     return EXIT_PROBLEM if result.problems else EXIT_OK

@@ -40,6 +40,7 @@ class PrometheusSettings:
 class KubernetesSettings:
     kubeconfig: str | None = None  # None: in-cluster config
     context: str | None = None
+    timeout_seconds: float = 30.0  # one request's deadline, end to end (a list is paginated: per page)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +63,12 @@ class ViewSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class UiSettings:
+    # A page waits this long for its sources before its banner says which did not answer in time.
+    deadline_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
@@ -70,6 +77,7 @@ class Settings:
     idle: IdleParams = field(default_factory=IdleParams)
     budgets: Budgets = field(default_factory=Budgets)
     views: ViewSettings = field(default_factory=ViewSettings)
+    ui: UiSettings = field(default_factory=UiSettings)
     clusters: tuple[ClusterSettings, ...] = ()  # empty: one cluster, as `kubernetes` and `prometheus` say
 
     @property
@@ -96,7 +104,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
         "timeout": "duration",
         "headers": "str_map",
     },
-    "kubernetes": {"kubeconfig": "str", "context": "str"},
+    "kubernetes": {"kubeconfig": "str", "context": "str", "timeout": "duration"},
     "teams": {"pod_label_keys": "str_list", "namespace_label_keys": "str_list", "namespaces": "str_map"},
     "pricing": {
         "default_usd_per_gpu_hour": "price",
@@ -108,6 +116,7 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "idle": {"threshold": "ratio", "window": "duration", "held_fb_mib": "count", "reclaim_after": "duration"},
     "budgets": {"monthly_usd": "usd_map", "idle_usd_per_hour": "usd_map"},
     "views": {"raw_max_gpu_samples": "count"},
+    "ui": {"deadline": "duration"},
 }
 # Top-level keys holding a list rather than a section of keys.
 _LISTS = {"clusters"}
@@ -167,6 +176,7 @@ def _clusters(value: Any, settings: Settings) -> tuple[ClusterSettings, ...]:
             kubeconfig=_check(f"{where}.kubeconfig", "str", entry.get("kubeconfig"))
             or settings.kubernetes.kubeconfig,
             context=_check(f"{where}.context", "str", entry.get("context")),
+            timeout_seconds=settings.kubernetes.timeout_seconds,
         )
         prom = _fields(f"{where}.prometheus", entry.get("prometheus") or {}, (), _CLUSTER_PROMETHEUS_KEYS)
         own_url = _check(f"{where}.prometheus.url", "str", prom.get("url"))
@@ -413,7 +423,11 @@ def _build(v: Mapping[str, Any]) -> Settings:
             timeout_seconds=pick("prometheus.timeout", 60.0),
             headers=pick("prometheus.headers", {}),
         ),
-        kubernetes=KubernetesSettings(kubeconfig=v["kubernetes.kubeconfig"], context=v["kubernetes.context"]),
+        kubernetes=KubernetesSettings(
+            kubeconfig=v["kubernetes.kubeconfig"],
+            context=v["kubernetes.context"],
+            timeout_seconds=pick("kubernetes.timeout", 30.0),
+        ),
         teams=TeamRules(
             pod_label_keys=pick("teams.pod_label_keys", ("team",)),
             namespace_label_keys=pick("teams.namespace_label_keys", ("team",)),
@@ -431,4 +445,5 @@ def _build(v: Mapping[str, Any]) -> Settings:
             idle_usd_per_hour=pick("budgets.idle_usd_per_hour", {}),
         ),
         views=ViewSettings(raw_max_gpu_samples=pick("views.raw_max_gpu_samples", 1_000_000)),
+        ui=UiSettings(deadline_seconds=pick("ui.deadline", 30.0)),
     )

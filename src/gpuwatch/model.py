@@ -157,6 +157,22 @@ def utc(dt: datetime) -> datetime:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SourceWait:
+    """A read of an outside system under way: what a page or a cycle is waiting for, and for how long."""
+
+    source: str  # "prometheus" | "kubernetes"
+    url: str
+    seconds: float
+    cluster: str = ""  # the cluster of several whose source it is
+
+    @property
+    def what(self) -> str:
+        """ "Prometheus at http://prometheus:9090" (with the cluster's name when there are several)."""
+        name = "Prometheus" if self.source == "prometheus" else "the Kubernetes API"
+        return f"{name} at {self.url}" + (f" (cluster {self.cluster})" if self.cluster else "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Window:
     """Half-open time window [start, end) sampled every step; sample i stands for [t_i, t_i + step)."""
 

@@ -16,7 +16,7 @@ import pandas as pd
 from gpuwatch.analysis import Analysis, analysis_queues, analyze
 from gpuwatch.config import ClusterSettings, Settings, load_settings
 from gpuwatch.errors import ConfigError, KubernetesError, PrometheusError
-from gpuwatch.model import KueueState, TeamRules, Window, cluster_of, qualified
+from gpuwatch.model import KueueState, SourceWait, TeamRules, Window, cluster_of, qualified
 from gpuwatch.queues import QueueSetup, QueueTables, no_queues, queue_setup
 from gpuwatch.schema import GPU_SAMPLES
 from gpuwatch.sources import promql
@@ -92,6 +92,20 @@ class FleetSources(Protocol):
 
     def history_start(self) -> datetime | None: ...
 
+    def waiting(self) -> list[SourceWait]:
+        """The reads of outside systems under way now, oldest first per source (none when simulated)."""
+        ...
+
+    def load(self) -> None:
+        """Read the local configuration the sources need (kubeconfig, token files): a ConfigError naming
+        what is missing or invalid, before any network wait."""
+        ...
+
+    def probe(self) -> None:
+        """Ask each source one cheap question (whether it answers now): the SourceError of one that does
+        not. A cycle whose window was computed already still learns whether its sources answer."""
+        ...
+
     def recorded(self) -> HistoryStore | None:
         """Where gpuwatch's own gpuwatch_* history can be read (None: nowhere, the raw path only)."""
         ...
@@ -127,11 +141,29 @@ class LiveSources:
         self.prometheus = PrometheusSource.from_settings(prometheus)
         # gpuwatch_* history: a cluster told apart from others in a shared store by matchers reads its own.
         self.history = PrometheusHistory(self.prometheus.scoped(self.matchers))
-        self.kubernetes = KubernetesSource(kubeconfig=kubernetes.kubeconfig, context=kubernetes.context)
+        self.kubernetes = KubernetesSource(
+            kubeconfig=kubernetes.kubeconfig,
+            context=kubernetes.context,
+            timeout_seconds=kubernetes.timeout_seconds,
+        )
         # Long-running processes (export, serve) follow the cluster by watches: no list per cycle.
         self.cluster = ClusterCache(self.kubernetes) if watch_cluster else None
         self.kueue = KueueCache(self.kubernetes) if watch_cluster else None
         self._clock = clock or (lambda: datetime.now(UTC))
+        for reads in (self.prometheus.reads, self.kubernetes.reads):
+            reads.cluster = self.name if len(settings.clusters) > 1 else ""
+
+    def waiting(self) -> list[SourceWait]:
+        waits = (self.prometheus.reads.waiting(), self.kubernetes.reads.waiting())
+        return [w for w in waits if w is not None]
+
+    def load(self) -> None:
+        self.prometheus.load()
+        self.kubernetes.load()
+
+    def probe(self) -> None:
+        self.node_state()  # from the watches when they follow the cluster: they raise when it is silent
+        self.prometheus.instant_points(promql.liveness_query())
 
     def cluster_state(self) -> ClusterState:
         state = self.cluster.cluster_state() if self.cluster is not None else self.kubernetes.cluster_state()
@@ -270,6 +302,17 @@ class MultiClusterSources:
     def history_start(self) -> datetime | None:
         return None
 
+    def waiting(self) -> list[SourceWait]:
+        return [w for member in self.members.values() for w in member.waiting()]
+
+    def load(self) -> None:
+        for member in self.members.values():
+            member.load()
+
+    def probe(self) -> None:
+        for member in self.members.values():
+            member.probe()
+
     def recorded(self) -> HistoryStore | None:
         """Each cluster's history from its own store, as one fleet's (None when a cluster keeps none)."""
         stores = {name: member.recorded() for name, member in self.members.items()}
@@ -397,6 +440,15 @@ class SimulatedSources:
     def recorded(self) -> HistoryStore | None:
         return None  # the simulated fleet keeps no Prometheus history
 
+    def waiting(self) -> list[SourceWait]:
+        return []  # nothing outside is read
+
+    def load(self) -> None:
+        return None  # nothing to read
+
+    def probe(self) -> None:
+        return None  # always answers
+
 
 class FleetService:
     """Answers the questions of the UI, the CLI and the exporter for one fleet, with a small cache."""
@@ -445,6 +497,10 @@ class FleetService:
     def history_start(self) -> datetime | None:
         """Where the sources' history begins, when they know (the simulated fleet's first sample)."""
         return self.sources.history_start()
+
+    def waiting(self) -> list[SourceWait]:
+        """The reads of outside systems under way now: what a page or a cycle is waiting for."""
+        return self.sources.waiting()
 
     @classmethod
     def live(

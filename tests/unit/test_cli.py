@@ -90,7 +90,7 @@ def test_serve_reports_a_port_in_use_in_one_line_and_never_says_serving() -> Non
         result = _run("serve", "--demo", "--port", str(port))
     assert result.returncode == 2
     assert result.stderr == f"gpuwatch: error: cannot serve on 127.0.0.1:{port}: Address already in use\n"
-    assert "serving" not in result.stderr + result.stdout
+    assert "dashboard on" not in result.stderr + result.stdout
 
 
 def test_serve_announces_its_address_once_it_answers_there() -> None:
@@ -106,7 +106,7 @@ def test_serve_announces_its_address_once_it_answers_there() -> None:
     try:
         assert process.stderr is not None
         line = process.stderr.readline()
-        assert line.startswith(f"gpuwatch: serving the simulated fleet on http://127.0.0.1:{port}/ ")
+        assert line.startswith(f"gpuwatch: dashboard on http://127.0.0.1:{port}/ · the simulated fleet ")
         assert "gunicorn -c gunicorn.conf.py app:server" in line
         # Announced after binding: the address answers right away.
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=60) as reply:

@@ -159,11 +159,16 @@ def test_a_failing_source_is_marked_down_and_the_last_series_stay(sources: Flaky
         for s in f.samples
     }
     assert up == {"prometheus": 0.0, "kubernetes": 1.0}
-    # The previous cycle's series are still served (stale, not zero, not gone).
-    assert (
-        VOLATILE.sub("", before).split("# HELP gpuwatch_source_up")[0]
-        == VOLATILE.sub("", after).split("# HELP gpuwatch_source_up")[0]
-    )
+    # The previous cycle's series are still served (stale, not zero, not gone), at the time that cycle
+    # computed them: a store never takes them as new values.
+    good_at = loop.result.families_at
+    assert good_at is not None and loop.result.stale
+    kept = VOLATILE.sub("", before).split("# HELP gpuwatch_source_up")[0].splitlines()
+    stale = VOLATILE.sub("", after).split("# HELP gpuwatch_source_up")[0].splitlines()
+    stamp = f" {int(good_at * 1000)}"
+    samples = [line for line in stale if line and not line.startswith("#")]
+    assert samples and all(line.endswith(stamp) for line in samples)
+    assert [line.removesuffix(stamp) for line in stale] == kept
 
 
 def test_openmetrics_history_writes_each_series_whole_and_in_time_order() -> None:

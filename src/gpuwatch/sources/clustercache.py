@@ -37,6 +37,9 @@ from gpuwatch.sources.kueue import state_from_parsed as kueue_from_parsed
 
 KINDS: Final = ("nodes", "pods", "namespaces", "resourcequotas")
 WATCH_TIMEOUT_SECONDS: Final = 300  # the server ends a watch after this; it is then resumed
+# A healthy API server answers a list page or opens a watch in well under this; a request of the watchers
+# unanswered this long means it has stopped answering, and the cache is no longer the cluster.
+SILENT_SECONDS: Final = 10.0
 T = TypeVar("T")
 
 
@@ -107,8 +110,16 @@ class _Watched(Generic[T]):
     def _follow(self, stop: threading.Event, timeout_seconds: int) -> None:
         assert self.version is not None
         self.stats.watches += 1
+
+        def opened() -> None:
+            self.error = ""
+
         for event in self.source.watch_raw(
-            self.kind, resource_version=self.version, timeout_seconds=timeout_seconds, needs=self.needs
+            self.kind,
+            resource_version=self.version,
+            timeout_seconds=timeout_seconds,
+            needs=self.needs,
+            opened=opened,
         ):
             if stop.is_set():
                 return
@@ -150,11 +161,13 @@ class ClusterCache:
         timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         retry_seconds: float = 1.0,
         sync_seconds: float = 120.0,
+        silent_seconds: float = SILENT_SECONDS,
     ) -> None:
         self.source = source
         self.timeout_seconds = timeout_seconds
         self.retry_seconds = retry_seconds
         self.sync_seconds = sync_seconds
+        self.silent_seconds = silent_seconds
         self._pods = _Watched(source, "pods", running_pod_entry)
         self._others = {k: _Watched(source, k, _slim) for k in KINDS if k != "pods"}
         self._kinds: dict[str, _Watched[Any]] = {"pods": self._pods, **self._others}
@@ -178,11 +191,25 @@ class ClusterCache:
         self._stop.set()
 
     def cluster_state(self) -> ClusterState:
-        """The cluster as the watches last saw it; a KubernetesError while a kind was never listed."""
+        """The cluster as the watches last saw it. A KubernetesError while a kind was never listed (its
+        first list failed, or got no answer within the source's deadline), and while the API server is
+        not answering now: a list or watch unanswered for silent_seconds, or the last one failed (the
+        cache would be as old as the outage, and nothing in it says so)."""
         self.start()
         for watched in self._kinds.values():
-            if not watched.synced.wait(self.sync_seconds):
-                raise KubernetesError(watched.error or f"kubernetes: listing {watched.kind} timed out")
+            if not watched.tried.wait(self.sync_seconds) and not watched.synced.is_set():
+                server, waited = self.source.server, self.sync_seconds
+                raise KubernetesError(f"kubernetes API at {server} unreachable: no answer within {waited:g}s")
+            if not watched.synced.is_set():
+                raise KubernetesError(watched.error)
+        silent = self.source.reads.waiting()
+        if silent is not None and silent.seconds >= self.silent_seconds:
+            raise KubernetesError(
+                f"kubernetes API at {self.source.server} unreachable: no answer within {silent.seconds:.0f}s"
+            )
+        failing = next((w.error for w in self._kinds.values() if w.error), "")
+        if failing:
+            raise KubernetesError(failing)
         k = self._others
         return state_from_parsed(
             k["nodes"].items(), self._pods.items(), k["namespaces"].items(), k["resourcequotas"].items()

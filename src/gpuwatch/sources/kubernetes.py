@@ -3,9 +3,10 @@
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import urllib3
@@ -35,6 +36,7 @@ from gpuwatch.model import (
     utc,
 )
 from gpuwatch.sources.dcgm import EXPORTER_CONTAINERS
+from gpuwatch.sources.deadline import Deadline, DeadlineError, InFlight, read_body, socket_of
 from gpuwatch.units import BYTES_PER_MIB, parse_quantity
 
 JsonObject = dict[str, Any]
@@ -71,7 +73,9 @@ class ClusterState:
 
 
 class KubernetesSource:
-    """Reads the cluster with the official client; every call has a timeout and lists are paginated."""
+    """Reads the cluster with the official client; every request has a deadline of `timeout_seconds` that
+    bounds it end to end (a list: each page), and lists are paginated. A request that runs out of time is
+    not sent again; a refused connection is retried twice by the client."""
 
     def __init__(
         self,
@@ -89,11 +93,18 @@ class KubernetesSource:
         self.page_size = page_size
         self.max_list_restarts = max_list_restarts
         self._api_client = api_client
+        self.reads = InFlight("kubernetes", "the Kubernetes API")
 
     def _client(self) -> Any:
         if self._api_client is None:
             self._api_client = _load_api_client(self.kubeconfig, self.context)
+            self.reads.url = str(self._api_client.configuration.host)
         return self._api_client
+
+    def load(self) -> None:
+        """Load the kubeconfig (or in-cluster config) now: a missing or invalid one is a ConfigError before
+        anything is served."""
+        self._client()
 
     @property
     def server(self) -> str:
@@ -102,10 +113,11 @@ class KubernetesSource:
         except KubernetesError:
             return "the Kubernetes API"
 
-    def _get(self, kind: str, query: Mapping[str, Any], timeout: Any) -> Any:
+    def _get(self, kind: str, query: Mapping[str, Any], deadline: Deadline) -> Any:
         """GET the collection of `kind` (a list, or a watch) through the client's ApiClient (its
         configuration, credentials and TLS), as CoreV1Api's list methods do with _preload_content=False:
-        the raw response, unread; a non-2xx answer an ApiException."""
+        the raw response with its body unread, its headers come within the deadline; a non-2xx answer an
+        ApiException."""
         api = self._client()
         request = api.param_serialize(
             method="GET",
@@ -114,11 +126,26 @@ class KubernetesSource:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        response = api.call_api(*request, _request_timeout=timeout)
+        left = deadline.check()
+        response = api.call_api(*request, _request_timeout=(left, left))
         if not 200 <= response.status <= 299:
             response.read()
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
+
+    def _read(self, kind: str, query: Mapping[str, Any]) -> bytes:
+        """The body of one GET of `kind`, headers and body within one deadline of timeout_seconds."""
+        deadline = Deadline(self.timeout_seconds)
+        with self.reads.track():
+            return read_body(self._get(kind, query, deadline), deadline)
+
+    def _unreachable(self, e: BaseException) -> KubernetesError:
+        """One line for a request that got no usable answer: refused, reset, or none within the deadline."""
+        if _timed_out(e):
+            return KubernetesError(
+                f"kubernetes API at {self.server} unreachable: no answer within {self.timeout_seconds:g}s"
+            )
+        return KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}")
 
     def list_raw(self, kind: str, *, field_selector: str = "") -> tuple[list[JsonObject], int]:
         """All objects of a kind (pods, nodes, namespaces, resourcequotas), page by page.
@@ -174,14 +201,13 @@ class KubernetesSource:
             # Raw JSON, not the client's models: fast, and a malformed quantity cannot break parsing.
             query = {"limit": self.page_size, "continue": token, "fieldSelector": field_selector}
             try:
-                response = self._get(kind, query, self.timeout_seconds)
-                body = json.loads(response.data)
+                body = json.loads(self._read(kind, query))
             except ApiException as e:
                 if e.status == 410 and token:
                     raise _ExpiredError from e
                 raise _api_error(e, kind, needs) from e
-            except (urllib3.exceptions.HTTPError, OSError) as e:
-                raise KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}") from e
+            except (urllib3.exceptions.HTTPError, OSError, DeadlineError) as e:
+                raise self._unreachable(e) from e
             except ValueError as e:
                 raise KubernetesError(f"kubernetes: listing {kind} returned invalid JSON") from e
             meta = body.get("metadata") or {}
@@ -193,7 +219,13 @@ class KubernetesSource:
                 return
 
     def watch_raw(
-        self, kind: str, *, resource_version: str, timeout_seconds: int, needs: str = ""
+        self,
+        kind: str,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        needs: str = "",
+        opened: Callable[[], None] | None = None,
     ) -> Iterator[JsonObject]:
         """The events of a watch of `kind` from `resource_version` (with bookmarks), as raw JSON objects
         {"type", "object"}, until the server ends it after about `timeout_seconds`. An ERROR event is
@@ -206,11 +238,17 @@ class KubernetesSource:
                 "allowWatchBookmarks": True,
                 "timeoutSeconds": timeout_seconds,
             }
-            response = self._get(kind, query, (self.timeout_seconds, timeout_seconds + self.timeout_seconds))
+            with self.reads.track():  # until the watch is open: then it streams as long as it lasts
+                response = self._get(kind, query, Deadline(self.timeout_seconds))
         except ApiException as e:
             raise _api_error(e, kind, needs) from e
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise KubernetesError(f"kubernetes API at {self.server} unreachable: {_reason(e)}") from e
+        except (urllib3.exceptions.HTTPError, OSError, DeadlineError) as e:
+            raise self._unreachable(e) from e
+        if opened is not None:
+            opened()
+        sock = socket_of(response)
+        if sock is not None:  # events may be minutes apart: the server ends the watch after timeout_seconds
+            sock.settimeout(timeout_seconds + self.timeout_seconds)
         try:
             buffer = b""
             for chunk in response.stream(amt=65_536, decode_content=True):
@@ -227,11 +265,11 @@ class KubernetesSource:
     def can_list(self, kind: str) -> str | None:
         """None if a one-item list of `kind` works, else the one-line reason (for `gpuwatch check`)."""
         try:
-            self._get(kind, {"limit": 1}, self.timeout_seconds).read()
+            self._read(kind, {"limit": 1})
         except ApiException as e:
             return str(_api_error(e, kind))
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            return f"kubernetes API at {self.server} unreachable: {_reason(e)}"
+        except (urllib3.exceptions.HTTPError, OSError, DeadlineError) as e:
+            return str(self._unreachable(e))
         return None
 
     def node_state(self, *, namespaces: bool = False) -> ClusterState:
@@ -366,11 +404,22 @@ class _Problems:
 
 
 def _load_api_client(kubeconfig: str | None, context: str | None) -> Any:
+    configuration = client.Configuration()
+    # A refused connection is tried twice more; a read that times out is not tried again (urllib3's
+    # default would send it three more times, each waiting the whole timeout).
+    configuration.retries = urllib3.Retry(connect=2, read=False, status=0, other=0, backoff_factor=0.2)
+    if kubeconfig:
+        try:
+            Path(kubeconfig).expanduser().open("rb").close()
+        except OSError as e:  # the client's own words for it ("no configuration found") do not say why
+            raise ConfigError(f"kubernetes: cannot read kubeconfig {kubeconfig}: {e.strerror}") from e
     try:
         if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+        else:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         return client.ApiClient(configuration)
     except ConfigException as e:
         where = kubeconfig or "in-cluster config"
@@ -402,6 +451,13 @@ def _api_error(e: ApiException, kind: str, needs: str = "") -> KubernetesError:
             wanted = needs or "get/list/watch on pods, nodes, namespaces and resourcequotas"
         return KubernetesError(f"kubernetes: forbidden (403): {detail}; gpuwatch needs {wanted}")
     return KubernetesError(f"kubernetes: listing {kind} failed ({e.status} {e.reason}): {_one_line(message)}")
+
+
+def _timed_out(e: BaseException) -> bool:
+    """Whether a failed request ran out of time (rather than being refused or cut)."""
+    inner = getattr(e, "reason", None)
+    timeouts = (DeadlineError, TimeoutError, urllib3.exceptions.TimeoutError)
+    return isinstance(e, timeouts) or isinstance(inner, timeouts)
 
 
 def _reason(e: BaseException) -> str:

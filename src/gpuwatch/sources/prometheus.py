@@ -13,12 +13,15 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from itertools import chain
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import requests
+import requests.adapters
+import urllib3
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
@@ -47,6 +50,7 @@ from gpuwatch.sources.dcgm import (
     row_block,
     to_float,
 )
+from gpuwatch.sources.deadline import ACCEPT_ENCODING, Deadline, DeadlineError, InFlight, read_body
 
 T = TypeVar("T")
 RETRY_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
@@ -62,6 +66,44 @@ ROLLUP_CHUNK_SECONDS: Final = 31 * 86_400.0
 # the answers; well under Prometheus' default --query.max-concurrency of 20.
 MAX_CONCURRENT_QUERIES: Final = 4
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
+
+
+class _Current(threading.local):
+    """The deadline of the call this thread is making (set by PrometheusSource._call)."""
+
+    deadline: Deadline | None = None
+
+
+_CURRENT = _Current()
+
+
+class _DeadlineAdapter(requests.adapters.HTTPAdapter):
+    """Sends with the time left of the thread's call as its connect and read timeouts, and reads the body
+    within it (deadline.read_body): a source that accepts and stalls, or drips its answer, is cut then."""
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float | None, float | None] | None = None,
+        verify: bool | str = True,
+        cert: str | tuple[str, str] | None = None,
+        proxies: dict[str, str] | None = None,
+    ) -> requests.Response:
+        deadline = _CURRENT.deadline
+        if deadline is None:
+            return super().send(request, stream, timeout, verify, cert, proxies)
+        left = deadline.check()
+        response = super().send(request, True, (left, left), verify, cert, proxies)
+        if not stream:
+            try:
+                response._content = read_body(response.raw, deadline)
+            except urllib3.exceptions.DecodeError as e:
+                raise requests.exceptions.ContentDecodingError(e) from e
+            except (urllib3.exceptions.HTTPError, OSError) as e:  # cut or reset mid-answer: as refused
+                raise requests.ConnectionError(e) from e
+            response._content_consumed = True
+        return response
 
 
 class _HttpStatusError(Exception):
@@ -213,8 +255,11 @@ class PrometheusSource:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._warnings: list[str] = []
+        self._hung_at: float | None = None  # when a read last ran out of time (monotonic)
+        self.reads = InFlight("prometheus", self.url)
         session = requests.Session()
         session.verify = ca_file if ca_file else True
+        session.headers["Accept-Encoding"] = ACCEPT_ENCODING
         session.headers.update(headers or {})  # e.g. X-Scope-OrgID: a Mimir or Cortex tenant
         session.hooks["response"].append(self._on_response)
         auth: Any = _BearerTokenFile(bearer_token_file) if bearer_token_file else basic_auth
@@ -225,6 +270,9 @@ class PrometheusSource:
             timeout=timeout_seconds,
             retry=Retry(total=0, read=False, raise_on_status=False),  # retries are ours, read errors as is
         )
+        # Mounted over the client's own adapter: every request is bounded by its call's deadline.
+        no_retries = Retry(total=0, read=False, raise_on_status=False)
+        session.mount(self.url, _DeadlineAdapter(max_retries=no_retries))
 
     @classmethod
     def from_settings(cls, settings: PrometheusSettings, **kwargs: Any) -> "PrometheusSource":
@@ -239,6 +287,16 @@ class PrometheusSource:
 
     def close(self) -> None:
         self._client.close()
+
+    def load(self) -> None:
+        """Read the local files the requests need (the bearer token, the CA bundle) now: a ConfigError
+        naming one that is missing, before any request waits on the network."""
+        token = self._client.auth
+        if isinstance(token, _BearerTokenFile):
+            token(SimpleNamespace(headers={}))  # reads the file as a request would
+        ca = self._client._session.verify
+        if isinstance(ca, str) and not Path(ca).is_file():
+            raise ConfigError(f"cannot read the Prometheus CA file {ca}: no such file")
 
     def scoped(self, matchers: Sequence[promql.Matcher]) -> "PrometheusSource":
         """The same store (connection, limits and warnings shared) whose gpuwatch_* series are read under
@@ -284,32 +342,59 @@ class PrometheusSource:
     # -- calls with retries ----------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """fn() within one deadline of timeout_seconds from when it is sent, retries included: a 5xx, a
+        429 or a refused connection is tried again (with backoff) while time is left; a source that does
+        not answer in time is not asked again. A call that was waiting for its turn while another found
+        the source silent gives up at once, so a hung source fails a command once, not once per query."""
+        with self.reads.track():
+            return self._attempts(what, fn, entered=time.monotonic())
+
+    def _attempts(self, what: str, fn: Callable[[], T], *, entered: float) -> T:
+        deadline: Deadline | None = None
+        url = self.url
         for attempt in range(1, self.max_attempts + 1):
             try:
                 with self._in_flight:
-                    return fn()
+                    if self._hung_at is not None and self._hung_at >= entered:
+                        raise DeadlineError("another read found the source silent")
+                    deadline = deadline or Deadline(self.timeout_seconds)
+                    _CURRENT.deadline = deadline
+                    try:
+                        answer = fn()
+                    finally:
+                        _CURRENT.deadline = None
+                self._hung_at = None
+                return answer
+            except (DeadlineError, requests.Timeout) as e:
+                self._hung_at = time.monotonic()
+                raise PrometheusError(
+                    f"prometheus at {url} unreachable: no answer within {self.timeout_seconds:g}s"
+                ) from e
             except _HttpStatusError as e:
+                failure = self._status_error(what, e)
                 if e.status not in RETRY_STATUSES or attempt == self.max_attempts:
-                    raise self._status_error(what, e) from e
+                    raise failure from e
                 delay = e.retry_after if e.retry_after is not None else self._backoff(attempt)
             except requests.exceptions.SSLError as e:
-                raise PrometheusError(f"prometheus at {self.url} unreachable: TLS error: {_reason(e)}") from e
-            except (requests.ConnectionError, requests.Timeout) as e:
+                raise PrometheusError(f"prometheus at {url} unreachable: TLS error: {_reason(e)}") from e
+            except requests.ConnectionError as e:
+                failure = PrometheusError(f"prometheus at {url} unreachable: {_reason(e)}")
                 if attempt == self.max_attempts:
-                    timed_out = isinstance(e, requests.Timeout) or "timed out" in str(e)
-                    reason = f"no answer within {self.timeout_seconds:g}s" if timed_out else _reason(e)
-                    raise PrometheusError(f"prometheus at {self.url} unreachable: {reason}") from e
+                    raise failure from e
                 delay = self._backoff(attempt)
             # requests' JSONDecodeError is a ValueError and a RequestException: malformed, not unreachable.
             except (ValueError, KeyError, TypeError, IndexError) as e:
                 raise PrometheusError(
-                    f"prometheus at {self.url} returned a malformed answer to {what}: {_one_line(str(e))}"
+                    f"prometheus at {url} returned a malformed answer to {what}: {_one_line(str(e))}"
                 ) from e
             except requests.RequestException as e:
-                raise PrometheusError(f"prometheus at {self.url} unreachable: {_reason(e)}") from e
+                raise PrometheusError(f"prometheus at {url} unreachable: {_reason(e)}") from e
             except PrometheusApiClientException as e:
-                raise PrometheusError(f"prometheus at {self.url}: {what} failed: {_one_line(str(e))}") from e
-            self._sleep(min(delay, self.max_backoff_seconds))
+                raise PrometheusError(f"prometheus at {url}: {what} failed: {_one_line(str(e))}") from e
+            pause = min(delay, self.max_backoff_seconds)
+            if deadline is not None and pause >= deadline.remaining():
+                raise failure  # no time left to try again: the last failure is the answer
+            self._sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _parsed(self, what: str, result: Any, *, instant: bool) -> Points:

@@ -108,6 +108,14 @@ def field_aliases_selector(fields: Sequence[Field], matchers: Sequence[Matcher] 
     return names_selector([m for f in fields for m in f.metrics], matchers)
 
 
+def liveness_query() -> str:
+    """The cheapest question a query API answers (whether it answers at all), evaluated on no series::
+
+        vector(1)
+    """
+    return "vector(1)"
+
+
 def series_count_query(fields: Sequence[Field], matchers: Sequence[Matcher] = ()) -> str:
     """How many raw series the fields have now (sizes range-query chunks under the samples limit).
 

@@ -1,0 +1,270 @@
+"""Each one-shot and long-running command against a source that misbehaves (docs/faults.md): a fault proxy
+in front of a real Prometheus and of the Kubernetes API test server, each fault in turn.
+
+A fault is named within the deadline (the source's URL, in one line, no traceback), no number is made up,
+and the command works again once the proxy relays.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from tests.integration.conftest import DEMO_METRICS
+from tests.integration.faultproxy import FaultProxy, Mode
+from tests.integration.prom import PrometheusFactory, free_port
+
+pytestmark = pytest.mark.integration
+END = datetime(2026, 11, 20, tzinfo=UTC)
+TIMEOUT_SECONDS = 5  # each source's deadline in these tests (the defaults are 60 s and 30 s)
+FAULTS: tuple[Mode, ...] = ("hang", "reset", "drip", "truncate", "garbage")
+# What each fault reads as, per source (a dripping or silent source runs out of time).
+SAID = {
+    "hang": "no answer within 5s",
+    "drip": "no answer within 5s",
+    "reset": "unreachable",
+    "truncate": "unreachable",
+    "garbage": "",  # Prometheus: a malformed answer; the Kubernetes API: not TLS, unreachable
+}
+
+
+@dataclass(frozen=True)
+class Rig:
+    """The fleet's Prometheus and API server, each behind its own fault proxy, and a config naming them."""
+
+    fleet: SimulatedFleet
+    prometheus: FaultProxy
+    kubernetes: FaultProxy
+    kubeconfig: str
+    config: str
+
+    def proxy(self, source: str) -> FaultProxy:
+        return self.prometheus if source == "prometheus" else self.kubernetes
+
+    def url(self, source: str) -> str:
+        return self.prometheus.url() if source == "prometheus" else self.kubernetes.url("https")
+
+    def args(self) -> list[str]:
+        return ["--config", self.config, "--kubeconfig", self.kubeconfig]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> SimulatedFleet:
+    return build_demo_fleet(seed=11, end=END, days=0.25, gpus=16)
+
+
+@pytest.fixture(scope="module")
+def rig(
+    prometheus_factory: PrometheusFactory, fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Rig]:
+    prom = prometheus_factory(fleet, metrics=DEMO_METRICS)
+    port = int(prom.url.rsplit(":", 1)[1])
+    where = tmp_path_factory.mktemp("faults")
+    token = "faults-token"
+    with (
+        KubeApiServer(fleet, token=token) as server,
+        FaultProxy("127.0.0.1", port) as prometheus,
+        FaultProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1])) as kubernetes,
+    ):
+        kubeconfig = where / "kubeconfig"
+        write_kubeconfig(kubeconfig, server_url=kubernetes.url("https"), token=token, ca_pem=server.ca_pem)
+        config = where / "gpuwatch.yaml"
+        config.write_text(
+            f"prometheus: {{url: {prometheus.url()}, timeout: {TIMEOUT_SECONDS}s}}\n"
+            f"kubernetes: {{timeout: {TIMEOUT_SECONDS}s}}\n"
+        )
+        yield Rig(fleet, prometheus, kubernetes, str(kubeconfig), str(config))
+
+
+def _gpuwatch(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True, timeout=timeout
+    )
+    return result, time.monotonic() - started
+
+
+def _report(rig: Rig) -> tuple[subprocess.CompletedProcess[str], float]:
+    window = ["--start", rig.fleet.window.start.isoformat(), "--end", rig.fleet.window.end.isoformat()]
+    return _gpuwatch("report", *rig.args(), *window, "--source", "raw", "--format", "json")
+
+
+def _expect_said(line: str, source: str, fault: Mode, url: str) -> None:
+    assert url in line, line
+    if fault == "garbage":
+        expected = "malformed answer" if source == "prometheus" else "unreachable"
+    else:
+        expected = SAID[fault]
+    assert expected in line, line
+
+
+@pytest.fixture(scope="module")
+def baseline(rig: Rig) -> dict[str, Any]:
+    """The window's report with every source answering."""
+    result, _ = _report(rig)
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["fleet"]["gpus"] > 0 and report["fleet"]["cost_usd"] > 0
+    return report
+
+
+@pytest.mark.parametrize("source", ["prometheus", "kubernetes"])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_report_names_the_fault_in_one_line_within_the_timeout_and_works_again(
+    rig: Rig, baseline: dict[str, Any], source: str, fault: Mode
+) -> None:
+    proxy = rig.proxy(source)
+    proxy.mode = fault
+    try:
+        failed, seconds = _report(rig)
+    finally:
+        proxy.mode = "relay"
+    assert failed.returncode == 3, failed.stderr
+    assert seconds < TIMEOUT_SECONDS + 10 + 5  # the deadline plus 10 s, plus the interpreter's start
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuwatch: error: "), failed.stderr
+    _expect_said(lines[0], source, fault, rig.url(source))
+    assert failed.stdout == ""  # no number is invented
+    again, _ = _report(rig)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["fleet"] == baseline["fleet"]
+
+
+@pytest.mark.parametrize("source", ["prometheus", "kubernetes"])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_check_says_every_source_s_line_within_its_deadline(rig: Rig, source: str, fault: Mode) -> None:
+    proxy = rig.proxy(source)
+    proxy.mode = fault
+    try:
+        result, seconds = _gpuwatch("check", *rig.args(), "--timeout", f"{TIMEOUT_SECONDS}s")
+    finally:
+        proxy.mode = "relay"
+    assert seconds < 2 * TIMEOUT_SECONDS + 5
+    assert result.returncode == 3, result.stdout + result.stderr
+    # One line for the failing source (the fleet's samples are days old: Prometheus may add that it holds
+    # no recent DCGM series, which is true).
+    problems = [line for line in result.stderr.splitlines() if rig.url(source) in line]
+    assert len(problems) == 1 and problems[0].startswith("gpuwatch: problem: "), result.stderr
+    _expect_said(problems[0], source, fault, rig.url(source))
+    assert "Traceback" not in result.stderr
+    # The other source's line says it answered.
+    if source == "prometheus":
+        assert re.search(
+            rf"^ok: kubernetes {re.escape(rig.url('kubernetes'))}: can list pods$", result.stdout, re.M
+        )
+    else:
+        assert re.search(rf"^ok: prometheus {re.escape(rig.url('prometheus'))}: ", result.stdout, re.M)
+
+
+def test_check_reports_a_missing_kubeconfig_at_once_beside_prometheus_line(rig: Rig, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    result, seconds = _gpuwatch("check", "--config", rig.config, "--kubeconfig", str(missing))
+    assert result.returncode == 2, result.stderr
+    assert seconds < TIMEOUT_SECONDS + 5
+    assert f"gpuwatch: problem: kubernetes: cannot read kubeconfig {missing}" in result.stderr
+    assert re.search(rf"^ok: prometheus {re.escape(rig.url('prometheus'))}: ", result.stdout, re.M)
+
+
+def _scrape_up(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    found = re.findall(r'^gpuwatch_source_up\{source="(\w+)"\} (\S+)$', text, re.M)
+    return {source: float(value) for source, value in found}
+
+
+def _wait_for_up(port: int, expected: dict[str, float], within: float) -> float:
+    """Seconds until the exporter publishes `expected` (fails after `within`)."""
+    started = time.monotonic()
+    seen: dict[str, float] = {}
+    while time.monotonic() - started < within:
+        try:
+            seen = _scrape_up(port)
+        except OSError:
+            seen = {}
+        if seen == expected:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise AssertionError(f"gpuwatch_source_up was {seen}, not {expected}, after {within:g} s")
+
+
+@pytest.fixture(scope="module")
+def exporter(rig: Rig) -> Iterator[int]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "export", *rig.args(), "--port", str(port), "--interval", "5s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line.startswith(f"gpuwatch: exporting on http://127.0.0.1:{port}/metrics every 5s · reading ")
+        assert f"Prometheus at {rig.url('prometheus')}" in line
+        _wait_for_up(port, {"prometheus": 1.0, "kubernetes": 1.0}, within=60)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("source", ["prometheus", "kubernetes"])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_exporter_marks_the_failing_source_down_within_a_cycle_and_recovers(
+    rig: Rig, exporter: int, source: str, fault: Mode
+) -> None:
+    other = "kubernetes" if source == "prometheus" else "prometheus"
+    proxy = rig.proxy(source)
+    proxy.mode = fault
+    try:
+        # One interval (5 s) for the next cycle, its deadline (5 s), and the source's own timeout when it
+        # refuses before the deadline; a scrape answers meanwhile.
+        _wait_for_up(exporter, {source: 0.0, other: 1.0}, within=20)
+    finally:
+        proxy.mode = "relay"
+    _wait_for_up(exporter, {source: 1.0, other: 1.0}, within=30)
+
+
+def test_the_exporter_publishes_its_own_series_before_its_first_cycle_ends(rig: Rig) -> None:
+    rig.prometheus.mode = "hang"
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch", "export", *rig.args(), "--port", str(port), "--interval", "5s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        waited = _wait_for_up(port, {"prometheus": 0.0, "kubernetes": 1.0}, within=30)
+        assert waited < 20
+    finally:
+        rig.prometheus.mode = "relay"
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("command", ["serve", "export"])
+def test_a_missing_kubeconfig_stops_serve_and_export_before_they_listen(
+    rig: Rig, command: str, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing-kubeconfig"
+    port = free_port()
+    result, seconds = _gpuwatch(
+        command, "--config", rig.config, "--kubeconfig", str(missing), "--port", str(port), timeout=60
+    )
+    assert result.returncode == 2
+    assert seconds < 15
+    assert (
+        result.stderr
+        == f"gpuwatch: error: kubernetes: cannot read kubeconfig {missing}: No such file or directory\n"
+    )
