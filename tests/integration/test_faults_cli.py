@@ -5,13 +5,15 @@ A fault is named within the deadline (the source's URL, in one line, no tracebac
 and the command works again once the proxy relays.
 """
 
+import contextlib
 import json
 import re
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,30 +66,61 @@ def fleet() -> SimulatedFleet:
     return build_demo_fleet(seed=11, end=END, days=0.25, gpus=16)
 
 
+Cell = tuple[Mode, str]  # (fault, source)
+Run = tuple[subprocess.CompletedProcess[str], float]  # a command's outcome and the seconds it took
+CELLS: list[Cell] = [(fault, source) for fault in FAULTS for source in ("prometheus", "kubernetes")]
+CELL_IDS = [f"{fault}-{source}" for fault, source in CELLS]
+
+
 @pytest.fixture(scope="module")
-def rig(
+def rigs(
     prometheus_factory: PrometheusFactory, fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Rig]:
+) -> Iterator[dict[Cell | None, Rig]]:
+    """A rig per cell of the fault table (its own proxies, so the cells run side by side), and one (None)
+    whose proxies relay."""
     prom = prometheus_factory(fleet, metrics=DEMO_METRICS)
-    port = int(prom.url.rsplit(":", 1)[1])
-    where = tmp_path_factory.mktemp("faults")
     token = "faults-token"
-    with (
-        KubeApiServer(fleet, token=token) as server,
-        FaultProxy("127.0.0.1", port) as prometheus,
-        FaultProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1])) as kubernetes,
-    ):
-        kubeconfig = where / "kubeconfig"
-        write_kubeconfig(kubeconfig, server_url=kubernetes.url("https"), token=token, ca_pem=server.ca_pem)
-        config = where / "gpuwatch.yaml"
-        config.write_text(
-            f"prometheus: {{url: {prometheus.url()}, timeout: {TIMEOUT_SECONDS}s}}\n"
-            f"kubernetes: {{timeout: {TIMEOUT_SECONDS}s}}\n"
-        )
-        yield Rig(fleet, prometheus, kubernetes, str(kubeconfig), str(config))
+    with KubeApiServer(fleet, token=token) as server, contextlib.ExitStack() as stack:
+        rigs: dict[Cell | None, Rig] = {}
+        for cell in [None, *CELLS]:
+            where = tmp_path_factory.mktemp("faults")
+            prometheus = stack.enter_context(FaultProxy("127.0.0.1", int(prom.url.rsplit(":", 1)[1])))
+            kubernetes = stack.enter_context(FaultProxy("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+            kubeconfig = where / "kubeconfig"
+            write_kubeconfig(
+                kubeconfig, server_url=kubernetes.url("https"), token=token, ca_pem=server.ca_pem
+            )
+            config = where / "gpuwatch.yaml"
+            config.write_text(
+                f"prometheus: {{url: {prometheus.url()}, timeout: {TIMEOUT_SECONDS}s}}\n"
+                f"kubernetes: {{timeout: {TIMEOUT_SECONDS}s}}\n"
+            )
+            rigs[cell] = Rig(fleet, prometheus, kubernetes, str(kubeconfig), str(config))
+        yield rigs
 
 
-def _gpuwatch(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+@pytest.fixture(scope="module")
+def rig(rigs: dict[Cell | None, Rig]) -> Rig:
+    return rigs[None]
+
+
+def _side_by_side(rigs: dict[Cell | None, Rig], run: Callable[[Rig], Run]) -> dict[Cell, Run]:
+    """`run` of every cell's rig under its fault, three at a time (2 cores: each run mostly waits)."""
+
+    def faulted(cell: Cell) -> Run:
+        fault, source = cell
+        rig = rigs[cell]
+        rig.proxy(source).mode = fault
+        try:
+            return run(rig)
+        finally:
+            rig.proxy(source).mode = "relay"
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return dict(zip(CELLS, pool.map(faulted, CELLS), strict=True))
+
+
+def _gpuwatch(*args: str, timeout: float = 120) -> Run:
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "gpuwatch", *args], capture_output=True, text=True, timeout=timeout
@@ -95,7 +128,7 @@ def _gpuwatch(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedPro
     return result, time.monotonic() - started
 
 
-def _report(rig: Rig) -> tuple[subprocess.CompletedProcess[str], float]:
+def _report(rig: Rig) -> Run:
     window = ["--start", rig.fleet.window.start.isoformat(), "--end", rig.fleet.window.end.isoformat()]
     return _gpuwatch("report", *rig.args(), *window, "--source", "raw", "--format", "json")
 
@@ -119,37 +152,48 @@ def baseline(rig: Rig) -> dict[str, Any]:
     return report
 
 
-@pytest.mark.parametrize("source", ["prometheus", "kubernetes"])
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.fixture(scope="module")
+def reports(rigs: dict[Cell | None, Rig]) -> dict[Cell, Run]:
+    return _side_by_side(rigs, _report)
+
+
+@pytest.fixture(scope="module")
+def checks(rigs: dict[Cell | None, Rig]) -> dict[Cell, Run]:
+    return _side_by_side(
+        rigs, lambda rig: _gpuwatch("check", *rig.args(), "--timeout", f"{TIMEOUT_SECONDS}s")
+    )
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
 def test_report_names_the_fault_in_one_line_within_the_timeout_and_works_again(
-    rig: Rig, baseline: dict[str, Any], source: str, fault: Mode
+    rigs: dict[Cell | None, Rig],
+    reports: dict[Cell, Run],
+    baseline: dict[str, Any],
+    cell: Cell,
 ) -> None:
-    proxy = rig.proxy(source)
-    proxy.mode = fault
-    try:
-        failed, seconds = _report(rig)
-    finally:
-        proxy.mode = "relay"
+    fault, source = cell
+    rig = rigs[cell]
+    failed, seconds = reports[cell]
     assert failed.returncode == 3, failed.stderr
     assert seconds < TIMEOUT_SECONDS + 10 + 5  # the deadline plus 10 s, plus the interpreter's start
     lines = failed.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuwatch: error: "), failed.stderr
     _expect_said(lines[0], source, fault, rig.url(source))
     assert failed.stdout == ""  # no number is invented
-    again, _ = _report(rig)
+    again, _ = _report(rig)  # the proxy relays again
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["fleet"] == baseline["fleet"]
 
 
-@pytest.mark.parametrize("source", ["prometheus", "kubernetes"])
-@pytest.mark.parametrize("fault", FAULTS)
-def test_check_says_every_source_s_line_within_its_deadline(rig: Rig, source: str, fault: Mode) -> None:
-    proxy = rig.proxy(source)
-    proxy.mode = fault
-    try:
-        result, seconds = _gpuwatch("check", *rig.args(), "--timeout", f"{TIMEOUT_SECONDS}s")
-    finally:
-        proxy.mode = "relay"
+@pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
+def test_check_says_every_source_s_line_within_its_deadline(
+    rigs: dict[Cell | None, Rig],
+    checks: dict[Cell, Run],
+    cell: Cell,
+) -> None:
+    fault, source = cell
+    rig = rigs[cell]
+    result, seconds = checks[cell]
     assert seconds < 2 * TIMEOUT_SECONDS + 5
     assert result.returncode == 3, result.stdout + result.stderr
     # One line for the failing source (the fleet's samples are days old: Prometheus may add that it holds
@@ -160,9 +204,8 @@ def test_check_says_every_source_s_line_within_its_deadline(rig: Rig, source: st
     assert "Traceback" not in result.stderr
     # The other source's line says it answered.
     if source == "prometheus":
-        assert re.search(
-            rf"^ok: kubernetes {re.escape(rig.url('kubernetes'))}: can list pods$", result.stdout, re.M
-        )
+        kube = re.escape(rig.url("kubernetes"))
+        assert re.search(rf"^ok: kubernetes {kube}: can list pods$", result.stdout, re.M)
     else:
         assert re.search(rf"^ok: prometheus {re.escape(rig.url('prometheus'))}: ", result.stdout, re.M)
 
@@ -219,11 +262,11 @@ def exporter(rig: Rig) -> Iterator[int]:
         process.wait(timeout=30)
 
 
-@pytest.mark.parametrize("source", ["prometheus", "kubernetes"])
-@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
 def test_the_exporter_marks_the_failing_source_down_within_a_cycle_and_recovers(
-    rig: Rig, exporter: int, source: str, fault: Mode
+    rig: Rig, exporter: int, cell: Cell
 ) -> None:
+    fault, source = cell
     other = "kubernetes" if source == "prometheus" else "prometheus"
     proxy = rig.proxy(source)
     proxy.mode = fault
