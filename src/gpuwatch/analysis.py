@@ -19,7 +19,14 @@ from gpuwatch.analytics.fragmentation import (
 )
 from gpuwatch.analytics.fragmentation import pool_fragmentation as pool_fragmentation
 from gpuwatch.analytics.join import attribute
-from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
+from gpuwatch.analytics.ledger import (
+    idle_since,
+    ledger,
+    ledger_gpu_hours,
+    mark_idle,
+    schedulable_free,
+    silent_units,
+)
 from gpuwatch.analytics.placement import policy_taints, pool_taints, screen_pending
 from gpuwatch.analytics.rightsize import candidate_prices, packing_estimate, recommend, workload_usage
 from gpuwatch.config import Settings
@@ -246,6 +253,11 @@ def analyze(
         warnings.append(f"{lost:.2f} GPU-hours allocated on nodes the API server does not list ({names})")
     if attribution.pods_without_telemetry:
         warnings.append(f"{attribution.pods_without_telemetry} running GPU pods have no DCGM telemetry")
+    warnings += silent_gpu_warnings(
+        silent_units(marked, step_seconds=window.step_seconds),
+        _gpu_indexes(gpu_samples),
+        min_seconds=silent_gpu_min_seconds(idle.window_seconds, window.step_seconds),
+    )
     fb_unknown = 0.0
     if "memory_held" in marked:
         unknown_idle = marked["idle"] & marked["memory_held"].isna()
@@ -332,6 +344,56 @@ def coverage_warning(*, expected: int, present: int, first_sample: datetime | No
         f"GPU-samples present){since}: allocated GPU-hours without telemetry are counted allocated_unknown, "
         "never active or idle"
     )
+
+
+# Past this many GPUs allocated without telemetry, one line counts the rest: a report of a fleet of
+# 10,000 GPUs whose exporter failed never grows by thousands of lines.
+MAX_SILENT_GPU_WARNINGS = 10
+
+
+def silent_gpu_min_seconds(idle_window_seconds: float, step_seconds: float) -> float:
+    """How long an allocated GPU must go without telemetry in a window for a coverage line of its own:
+    the idle window (default 30 min), and never under two samples. A scrape missed once never warns,
+    and a GPU silent this long has had a whole idle window judged neither idle nor active."""
+    return max(float(idle_window_seconds), 2.0 * step_seconds)
+
+
+def silent_gpu_warnings(
+    silent: pd.DataFrame,
+    gpu_index: Mapping[str, str],
+    *,
+    min_seconds: float,
+    limit: int = MAX_SILENT_GPU_WARNINGS,
+) -> list[str]:
+    """Coverage lines for the GPUs (or MIG instances) allocated without telemetry for at least
+    min_seconds of the window (silent_units(): their allocated_unknown time, gaps added up), longest
+    first, e.g. "gpu-h100-002 GPU 7: no telemetry for 30 min while allocated"; past `limit` GPUs, one
+    line says how many more. A GPU is named by its index (DCGM's `gpu` label), else by its UUID."""
+    long = silent[silent["silent_seconds"] >= min_seconds - 1e-9]
+    lines = []
+    for node, uuid, instance, seconds in long.head(limit).itertuples(index=False):  # at most `limit`
+        name = f"{node} GPU {gpu_index.get(uuid) or uuid}" + (f" MIG {instance}" if instance else "")
+        lines.append(f"{name}: no telemetry for {_duration(seconds)} while allocated")
+    if len(long) > limit:
+        lines.append(
+            f"and {len(long) - limit} more GPUs without telemetry for at least {_duration(min_seconds)} "
+            "while allocated"
+        )
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60.0
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60.0:.1f} h"
+
+
+def _gpu_indexes(samples: pd.DataFrame) -> dict[str, str]:
+    """uuid -> the GPU's index as DCGM labels it (its `gpu` label); none where the source gives none."""
+    if "gpu_index" not in samples or not len(samples):
+        return {}
+    pairs = samples[["uuid", "gpu_index"]].dropna().drop_duplicates().astype("str")
+    pairs = pairs[pairs["gpu_index"].ne("")].drop_duplicates("uuid")
+    return dict(zip(pairs["uuid"], pairs["gpu_index"], strict=True))
 
 
 def low_coverage_warning(warnings: Sequence[str]) -> str | None:

@@ -113,6 +113,7 @@ def published_series(
     marked = marked.assign(
         idle_ge=np.where(marked["idle"], marked["ge_share"], 0.0),
         unknown_ge=np.where(marked["util_ratio"].isna(), marked["ge_share"], 0.0),
+        known_ge=np.where(marked["util_ratio"].isna(), 0.0, marked["ge_share"]),
         util_ge=marked["ge_share"] * marked["util_ratio"],
         usd=marked["ge_share"] * analysis.rates.at(marked["pool"], marked["timestamp"]),
     )
@@ -133,6 +134,7 @@ def published_series(
         unknown=("unknown_ge", "sum"),
         util_ge=("util_ge", "sum"),
         known=("util_ratio", "count"),
+        known_ge=("known_ge", "sum"),
         units=("idle", "size"),
         idle_units=("idle", "sum"),
         low_since=("low_util_since", "max"),
@@ -142,7 +144,8 @@ def published_series(
     resources = analysis.pod_resources
     pods = pods.merge(resources, on=["namespace", "pod"], how="left").fillna({"resource": ""})
     util = pods[pods["known"] > 0]
-    util = util.assign(value=util["util_ge"] / util["ge"])
+    # Per GPU, not per pod (SPEC §3): a silent GPU of the pod is in neither side of its utilization.
+    util = util.assign(value=util["util_ge"] / util["known_ge"])
     # A pod is idle since its below-threshold run began while every unit it holds is idle (as idle_since()).
     idle_pods = pods[(pods["idle_units"] == pods["units"]) & pods["low_since"].notna()]
     idle_pods = idle_pods.assign(value=epoch_seconds(idle_pods["low_since"]))

@@ -11,6 +11,8 @@ from gpuwatch.schema import ATTRIBUTED
 
 _KEY = ["namespace", "pod"]
 _UNIT = ["node", "uuid", "gpu_instance_id"]
+# Summed GE shares carry float noise (7 × 1/7 is not exactly 1): a deficit below this is none.
+_EPSILON_GE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +49,9 @@ def attribute(
     its start even where DCGM labels are missing (on its last known units, else on an unknown unit
     with unknown utilization); the history series covers gone pods DCGM no longer shows. Where the
     history or the API server says how many GE a pod held, DCGM's units are scaled to it (a GPU
-    shared by fractional requests shows each pod a whole GPU).
+    shared by fractional requests shows each pod a whole GPU). Per GPU, not per pod: a unit of a
+    multi-GPU pod that DCGM does not report while it reports the pod's others is still held, with
+    its own utilization, unknown without a sample (_fill_silent_units).
     """
     replicas = nodes.set_index("node")["replicas"] if len(nodes) else pd.Series(dtype="int64")
     pool_of = nodes.set_index("node")["pool"] if len(nodes) else pd.Series(dtype="str")
@@ -69,11 +73,13 @@ def attribute(
         ge_share=("unit_ge", "sum"), util_ratio=("util_ratio", "first")
     )
     dcgm["ge_share"] = dcgm["ge_share"].clip(upper=1.0)
-    dcgm["ge_share"] = _declared_shares(dcgm, pods, history)
+    declared = _declared(dcgm, pods, history)
+    dcgm["ge_share"] = _declared_shares(dcgm, declared)
     teams = pods.set_index(_KEY)["team"] if len(pods) else pd.Series(dtype="str")
 
+    silent = _fill_silent_units(dcgm, declared, pods, history, util_by_unit, dtypes)
     filled = _fill_running(dcgm, pods, sample_times, util_by_unit, dtypes)
-    parts = [dcgm, *filled]
+    parts = [dcgm, silent, *filled]
     if history is not None and len(history):
         covered = pd.concat([p[["timestamp", *_KEY]] for p in parts], ignore_index=True).drop_duplicates()
         hist = history.merge(covered, on=["timestamp", *_KEY], how="left", indicator=True)
@@ -156,24 +162,122 @@ def _unit_ge(samples: pd.DataFrame, replicas: pd.Series) -> pd.Series:
     return mig_ge.fillna(whole_ge)
 
 
-def _declared_shares(dcgm: pd.DataFrame, pods: pd.DataFrame, history: pd.DataFrame | None) -> pd.Series:
+def _declared_shares(dcgm: pd.DataFrame, declared: pd.Series) -> pd.Series:
     """ge_share of DCGM rows scaled, per pod and sample, to the GE the pod is known to hold.
 
-    Known = its own history series at that sample, else its API request while it runs; rows of pods
-    known neither way keep DCGM's count (a whole unit, a MIG instance's slices, one replica).
+    Known (`declared`, _declared() per row) = its own history series at that sample, else its API
+    request while it runs; rows of pods known neither way keep DCGM's count (a whole unit, a MIG
+    instance's slices, one replica).
     """
     per_sample = dcgm.groupby(["timestamp", *_KEY])["ge_share"].transform("sum")
-    declared = pd.Series(np.nan, index=dcgm.index)
-    if history is not None and len(history):
-        held = history.groupby(["timestamp", *_KEY], as_index=False).agg(declared=("ge_share", "sum"))
-        declared = dcgm[["timestamp", *_KEY]].merge(held, on=["timestamp", *_KEY], how="left")["declared"]
-        declared.index = dcgm.index
-    if len(pods):
-        requested = dcgm[[*_KEY]].merge(pods[[*_KEY, "requested_ge"]], on=_KEY, how="left")["requested_ge"]
-        declared = declared.fillna(pd.Series(requested.to_numpy(), index=dcgm.index))
     # Only ever down: a pod seen on fewer units than it requested keeps whole units (never > 1 GE each).
     scale = (declared / per_sample).where(declared.notna() & (per_sample > 0), 1.0).clip(upper=1.0)
     return (dcgm["ge_share"] * scale).astype("float64")
+
+
+def _declared(
+    keys: pd.DataFrame, pods: pd.DataFrame, history: pd.DataFrame | None, *, since_start: bool = False
+) -> pd.Series:
+    """GE the pod of each row (timestamp, namespace, pod) is known to hold at its sample: its own
+    history series there, else its API request (since_start: only from its first sample at or after
+    its startTime, where the API server says it holds them); NaN where neither says."""
+    declared = pd.Series(np.nan, index=keys.index)
+    if history is not None and len(history):
+        held = history.groupby(["timestamp", *_KEY], as_index=False, observed=True).agg(
+            declared=("ge_share", "sum")
+        )
+        declared = keys[["timestamp", *_KEY]].merge(held, on=["timestamp", *_KEY], how="left")["declared"]
+        declared.index = keys.index
+    if len(pods):
+        columns = [*_KEY, "requested_ge", *(["started_at"] if since_start else [])]
+        requested = keys[["timestamp", *_KEY]].merge(pods[columns], on=_KEY, how="left")
+        ge = requested["requested_ge"].to_numpy(dtype=np.float64)
+        if since_start:
+            started = pd.to_datetime(requested["started_at"], utc=True)
+            ge = np.where(requested["timestamp"] >= started, ge, np.nan)  # NaT (not started): False
+        declared = declared.fillna(pd.Series(ge, index=keys.index))
+    return declared.astype("float64")
+
+
+def _fill_silent_units(
+    dcgm: pd.DataFrame,
+    declared: pd.Series,
+    pods: pd.DataFrame,
+    history: pd.DataFrame | None,
+    util_by_unit: pd.Series,
+    dtypes: Mapping[str, pd.CategoricalDtype],
+) -> pd.DataFrame:
+    """Rows for the units a pod holds at samples where DCGM named the pod on some of its units but not
+    on these (SPEC §3: per GPU, not per pod — one GPU of an 8-GPU pod fallen off the bus, XID 79, or
+    missing from a partial exporter, is unknown while its siblings report).
+
+    A unit DCGM named for the pod is held from its first to its last sighting in the window. Outside
+    that span (a GPU silent until now) it is held only as far as the GE the pod is known to hold
+    (its history series, or its API request since it started) exceed what DCGM shows; a deficit no
+    known unit fills is held on an unknown unit. Utilization is the unit's own where it reported
+    without the pod's labels, else unknown (NaN): never its siblings'. Only the pod-samples DCGM
+    shows short of the pod's units or declared GE are expanded, so a healthy fleet costs two groupbys.
+    """
+    columns = ["timestamp", *_KEY, *_UNIT, "ge_share", "util_ratio"]
+    none = dcgm.iloc[:0][columns]
+    if not len(dcgm):
+        return none
+    pod_samples = ["timestamp", *_KEY]
+    grouped = dcgm.assign(declared=declared).groupby(pod_samples, as_index=False, observed=True, sort=False)
+    seen = grouped.agg(
+        units=("ge_share", "size"),
+        seen_ge=("ge_share", "sum"),
+        declared=("declared", "first"),
+        node=("node", "first"),
+    )
+    per_pod = dcgm.drop_duplicates([*_KEY, *_UNIT]).groupby(_KEY, observed=True).size().rename("pod_units")
+    seen = seen.merge(per_pod.reset_index(), on=_KEY, how="left")
+    short = (seen["units"] < seen["pod_units"]) | (seen["declared"] - seen["seen_ge"] > _EPSILON_GE)
+    needy = seen[short].drop(columns=["units", "pod_units"]).reset_index(drop=True)
+    if not len(needy):
+        return none
+    # Beyond what DCGM shows, an API request counts only from the pod's start (these few rows alone).
+    needy["declared"] = _declared(needy, pods, history, since_start=True).to_numpy()
+
+    # Each unit of the needy pods: its first and last sighting, and its GE share at the last one.
+    mine = dcgm.merge(needy[_KEY].drop_duplicates(), on=_KEY, how="inner")
+    ordered = mine.sort_values("timestamp", kind="stable")
+    spans = ordered.drop_duplicates([*_KEY, *_UNIT], keep="last")[[*_KEY, *_UNIT, "timestamp", "ge_share"]]
+    spans = spans.rename(columns={"timestamp": "last_seen"})
+    firsts = ordered.drop_duplicates([*_KEY, *_UNIT], keep="first")[[*_KEY, *_UNIT, "timestamp"]]
+    spans = spans.merge(firsts.rename(columns={"timestamp": "first_seen"}), on=[*_KEY, *_UNIT])
+    candidates = needy.drop(columns="node").merge(spans, on=_KEY, how="inner")
+    reported = mine[["timestamp", *_KEY, *_UNIT]].assign(reported=True)
+    candidates = candidates.merge(reported, on=["timestamp", *_KEY, *_UNIT], how="left")
+    candidates = candidates[candidates["reported"].isna()].drop(columns="reported")
+    inside = (candidates["timestamp"] >= candidates["first_seen"]) & (
+        candidates["timestamp"] <= candidates["last_seen"]
+    )
+    within = candidates[inside]
+    # Outside its span a unit is held only as far as the declared GE go, the latest-seen units first.
+    inside_ge = within.groupby(pod_samples, observed=True)["ge_share"].sum().rename("inside_ge")
+    needy = needy.merge(inside_ge.reset_index(), on=pod_samples, how="left").fillna({"inside_ge": 0.0})
+    room = needy["declared"] - needy["seen_ge"] - needy["inside_ge"]
+    needy = needy.assign(room=room.fillna(0.0))
+    outside = candidates[~inside].merge(needy[[*pod_samples, "room"]], on=pod_samples, how="left")
+    outside = outside.sort_values([*pod_samples, "last_seen"], ascending=[True, True, True, False])
+    running = outside.groupby(pod_samples, observed=True, sort=False)["ge_share"].cumsum()
+    beyond = outside[running <= outside["room"] + _EPSILON_GE]
+    on_units = pd.concat([within, beyond], ignore_index=True)
+    index = pd.MultiIndex.from_frame(on_units[["timestamp", *_UNIT]])
+    on_units["util_ratio"] = util_by_unit.reindex(index).to_numpy(dtype=np.float64)
+    # What no known unit covers is held on a unit DCGM never named for the pod (identity unknown).
+    beyond_ge = beyond.groupby(pod_samples, observed=True)["ge_share"].sum().rename("beyond_ge")
+    needy = needy.merge(beyond_ge.reset_index(), on=pod_samples, how="left").fillna({"beyond_ge": 0.0})
+    rest = needy[needy["room"] - needy["beyond_ge"] > _EPSILON_GE]
+    unknown = rest[[*pod_samples, "node"]].assign(
+        uuid=_blank(len(rest), dtypes["uuid"]),
+        gpu_instance_id=_blank(len(rest), dtypes["gpu_instance_id"]),
+        ge_share=(rest["room"] - rest["beyond_ge"]).to_numpy(dtype=np.float64),
+        util_ratio=np.nan,
+    )
+    out: pd.DataFrame = pd.concat([on_units[columns], unknown[columns]], ignore_index=True)
+    return out
 
 
 def _fill_running(

@@ -111,6 +111,23 @@ def idle_since(marked: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(list(GROUPINGS["workload"]), ignore_index=True)
 
 
+def silent_units(marked: pd.DataFrame, *, step_seconds: float) -> pd.DataFrame:
+    """node, uuid, gpu_instance_id, silent_seconds: how long each allocated unit had no utilization
+    sample in the window (its allocated_unknown samples, SPEC §3: per GPU, not per pod), longest first.
+
+    A sample counts once however many pods share the unit (time-slice replicas); units whose identity
+    is unknown (uuid "": a pod DCGM never named on any GPU) are left out, as are units never silent.
+    """
+    keys = ["node", "uuid", "gpu_instance_id"]
+    rows = marked.loc[marked["util_ratio"].isna() & marked["uuid"].ne(""), ["timestamp", *keys]]
+    samples = rows.drop_duplicates().groupby(keys, observed=True, sort=False).size()
+    out = samples.rename("silent_seconds").reset_index()
+    out = out.astype({c: "str" for c in keys}).assign(
+        silent_seconds=out["silent_seconds"] * float(step_seconds)
+    )
+    return out.sort_values(["silent_seconds", *keys], ascending=[False, True, True, True], ignore_index=True)
+
+
 # ----------------------------------------------------------------------------------------------------
 # The ledger
 

@@ -8,7 +8,7 @@ Everything is a pure function of (seed, window, scale): the same arguments give 
 import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -76,11 +76,13 @@ class HealthEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TelemetryGap:
-    """The exporter on `node` served nothing over [start, end)."""
+    """The exporter on `node` served nothing over [start, end): for every GPU of the node, or for the
+    one of index `gpu_index` alone (fallen off the bus, XID 79, while its siblings report)."""
 
     node: str
     start: datetime
     end: datetime
+    gpu_index: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,11 +133,22 @@ class SimulatedFleet:
         """[len(gpus), n_samples] True where the exporter served nothing (gaps, NotReady nodes)."""
         times = self.sample_times()
         node_of = np.array([g.node for g in self.gpus])
+        index_of = np.array([g.index for g in self.gpus])
         mask = np.zeros((len(self.gpus), len(times)), dtype=bool)
         for gap in self.gaps:
             cols = (times >= pd.Timestamp(gap.start)) & (times < pd.Timestamp(gap.end))
-            mask[np.ix_(node_of == gap.node, cols)] = True
+            rows = node_of == gap.node
+            if gap.gpu_index is not None:
+                rows &= index_of == gap.gpu_index
+            mask[np.ix_(rows, cols)] = True
         return mask
+
+    def with_gaps(self, *gaps: TelemetryGap) -> "SimulatedFleet":
+        """The same fleet with more telemetry gaps: their GPUs' utilization unknown (NaN) there."""
+        fleet = replace(self, gaps=(*self.gaps, *gaps))
+        util = self.util_ratio.copy()
+        util[fleet.missing_mask()] = np.nan
+        return replace(fleet, util_ratio=util)
 
     def telemetry(self, window: Window | None = None) -> pd.DataFrame:
         """Per GPU (or MIG instance) and sample, the values the exporter reports, in base units.

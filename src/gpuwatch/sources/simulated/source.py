@@ -59,6 +59,7 @@ def _fleet_codes(fleet: SimulatedFleet) -> _Codes:
             "uuid": [g.uuid for g in fleet.gpus],
             "gpu_instance_id": [g.gpu_instance_id for g in fleet.gpus],
             "mig_profile": [g.mig_profile for g in fleet.gpus],
+            "gpu_index": [str(g.index) for g in fleet.gpus],
             "util_source": [UTIL_PROF if fleet.has_prof[g.uuid] else UTIL_DEV for g in fleet.gpus],
         },
         holders={name: [key[i] for key in table] for i, name in enumerate(_HOLDER_COLUMNS)},
@@ -179,8 +180,9 @@ class SimulatedSource:
     def gpu_samples(self, window: Window) -> pd.DataFrame:
         """Per unit (and pod, for shared GPUs) and sample of `window`: util and the workload DCGM names.
 
-        Columns: timestamp, node, uuid, gpu_instance_id, mig_profile, util_ratio, fb_used_bytes,
-        util_source, namespace, pod ("" where DCGM names no workload), keys as categoricals of strings.
+        Columns: timestamp, node, uuid, gpu_instance_id, mig_profile, gpu_index, util_ratio,
+        fb_used_bytes, util_source, namespace, pod ("" where DCGM names no workload), keys as
+        categoricals of strings.
         The window's step must be a multiple of the fleet's; coarser samples average the fleet's (as
         avg_over_time does). Rows run unit by unit, sample by sample, a shared unit's holders in
         allocation order.
@@ -232,6 +234,7 @@ class SimulatedSource:
                 "namespace": categorical_strings([*holders["namespace"], ""], holder),
                 "pod": categorical_strings([*holders["pod"], ""], holder),
                 "mig_profile": categorical_strings(units["mig_profile"], unit),
+                "gpu_index": categorical_strings(units["gpu_index"], unit),
                 "util_source": categorical_strings(units["util_source"], unit),
             }
         )
