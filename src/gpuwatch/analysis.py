@@ -382,6 +382,29 @@ def silent_gpu_warnings(
     return lines
 
 
+def unknown_hours_warnings(
+    held: pd.DataFrame, *, who: Sequence[str], min_gpu_hours: float, limit: int = MAX_SILENT_GPU_WARNINGS
+) -> list[str]:
+    """The history path's coverage lines for allocated GPU-hours without telemetry, whose series say which
+    pod (or team) held them but not which GPU: rows of `held` (the `who` columns, unknown_gpu_hours) with
+    at least `min_gpu_hours` (one GPU for silent_gpu_min_seconds), most first, e.g. "gpu-h100-002 pod
+    ml/train-0: 0.50 GPU-hours allocated without telemetry"; past `limit` rows, one line says how many
+    more."""
+    long = held[held["unknown_gpu_hours"] >= min_gpu_hours - 1e-9].sort_values(
+        "unknown_gpu_hours", ascending=False, kind="stable"
+    )
+    lines = [
+        f"{' '.join(str(v) for v in names)}: {hours:.2f} GPU-hours allocated without telemetry"
+        for *names, hours in long[[*who, "unknown_gpu_hours"]].head(limit).itertuples(index=False)
+    ]
+    if len(long) > limit:
+        lines.append(
+            f"and {len(long) - limit} more with at least {min_gpu_hours:.2f} GPU-hours allocated without "
+            "telemetry"
+        )
+    return lines
+
+
 def _duration(seconds: float) -> str:
     minutes = seconds / 60.0
     return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60.0:.1f} h"

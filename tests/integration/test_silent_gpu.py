@@ -11,6 +11,7 @@ those 31.5 (the unknown half hour counts on neither side).
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.history import read_history
+from gpuwatch.history import TEAM, read_history
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.report import build_history_report, build_report
 from gpuwatch.service import FleetService, LiveSources, demo_settings
@@ -161,3 +162,20 @@ def test_gpuwatch_report_source_says_the_same(
     ledger = json.loads(done.stdout)["fleet"]["ledger_gpu_hours"]
     assert ledger["allocated_unknown"] == pytest.approx(0.5, abs=1e-9)
     assert ledger["allocated_active"] == pytest.approx(31.5, abs=1e-9)
+
+
+def test_the_history_reports_coverage_names_the_pod_or_team_holding_the_silent_gpu(
+    history: Report, fleet: SimulatedFleet, settings: Settings
+) -> None:
+    """The gpuwatch_* series say which pod held the GPU-hours without telemetry, not which GPU: the
+    history path names the node and pod (the team where pods are not read)."""
+    silent = [w for w in history["coverage"]["warnings"] if "without telemetry" in w]
+    assert len(silent) == 1
+    assert re.fullmatch(
+        rf"{NODE} pod llm-research/\S+: 0\.50 GPU-hours allocated without telemetry", silent[0]
+    ), silent
+    summary = build_history_report(read_history(settings, fleet.window, detail=TEAM))
+    team = summary["teams"][0]["team"]
+    assert [w for w in summary["coverage"]["warnings"] if "without telemetry" in w] == [
+        f"team {team}: 0.50 GPU-hours allocated without telemetry"
+    ]
