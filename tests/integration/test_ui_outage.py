@@ -8,7 +8,7 @@ import pytest
 from gpuwatch.config import Settings
 from gpuwatch.errors import PrometheusError
 from gpuwatch.health import health_samples
-from gpuwatch.model import KueueState, Window
+from gpuwatch.model import KueueState, SourceWait, Window
 from gpuwatch.service import FleetService, SimulatedSources, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.sources.simulated import build_demo_fleet
@@ -60,6 +60,9 @@ class FlakySources:
 
     def recorded(self) -> None:
         return None
+
+    def waiting(self) -> list[SourceWait]:
+        return []
 
     def gpu_health(self, window: Window) -> pd.DataFrame:
         self._check()

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import dash
 import flask
 from dash import ALL, Dash, Input, Output, State, callback, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 from werkzeug.serving import make_server
 
 from gpuwatch.errors import ConfigError
@@ -171,7 +172,12 @@ def _nav_pages() -> list[dict[str, Any]]:
     return sorted(pages, key=lambda p: (p.get("order") or 0, p["path"]))
 
 
+POLL_SECONDS = 2.0  # while a computation is under way, pages are drawn again this often
+
+
 def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
+    """The page around every page: navigation, filters, the refresh tick, and the progress tick (ids.POLL),
+    which draws a page again while what it lacked is being computed (ids.PENDING)."""
     url = service.settings.prometheus.url
     simulated = isinstance(service.sources, SimulatedSources) or (
         isinstance(service.sources, MultiClusterSources)
@@ -191,6 +197,8 @@ def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
         children=[
             dcc.Location(id=ids.URL, refresh=False),
             dcc.Interval(id=ids.REFRESH, interval=int(refresh_seconds * 1000), n_intervals=0),
+            dcc.Interval(id=ids.POLL, interval=int(POLL_SECONDS * 1000), n_intervals=0),
+            dcc.Store(id=ids.PENDING, data=0),
             dcc.Download(id=ids.DOWNLOAD),
             html.Header(
                 className="gw-header",
@@ -345,9 +353,10 @@ def _register_shell_callbacks() -> None:
         """The URL is the truth: it sets the controls on load and back/forward; controls rewrite it.
 
         Options travel with values (a dropdown drops a value its options lack), so this one callback
-        owns both; on a URL change it waits for the view, whose pools, products and teams it offers.
-        No timer triggers it: Dash drops an in-flight call's answer when the same callback fires again,
-        and a tick right after a click would swallow the click's new URL.
+        owns both; on a URL change it waits a moment for the view (ViewStore.load: never for a source
+        that does not answer), whose pools, products and teams it offers; refresh_options adds them
+        when the view comes later. No timer triggers it: Dash drops an in-flight call's answer when the
+        same callback fires again, and a tick right after a click would swallow the click's new URL.
         """
         shown = {"display": "flex"}
         hidden = {"display": "none"}
@@ -395,6 +404,46 @@ def _register_shell_callbacks() -> None:
             *keep,
             no_update,
         )
+
+    @callback(
+        Output(ids.PENDING, "data"),
+        Input(ids.POLL, "n_intervals"),
+        State({"type": ids.RENDERED, "page": ALL}, "data"),
+        prevent_initial_call=True,
+    )
+    def progress(tick: int, drawn: list[Any]) -> Any:
+        """Draw the page again (bump its progress input) when its last drawing lacked something (still
+        being computed, or failing: components.rendered) and, since it started, a computation is under
+        way or one has ended: it then says how long it waits, or draws what came. A page drawn whole is
+        left alone."""
+        generation, busy = current_store().progress()
+        lacking = [m for m in drawn if isinstance(m, dict) and m.get("incomplete")]
+        if any(busy or m.get("generation") != generation for m in lacking):
+            return tick
+        return no_update
+
+    @callback(
+        Output(ids.FILTER_POOL, "options", allow_duplicate=True),
+        Output(ids.FILTER_PRODUCT, "options", allow_duplicate=True),
+        Output(ids.FILTER_TEAM, "options", allow_duplicate=True),
+        Output(ids.FILTER_CLUSTER, "options", allow_duplicate=True),
+        Output(ids.FILTER_CLUSTER_BOX, "style", allow_duplicate=True),
+        Input({"type": ids.RENDERED, "page": ALL}, "data"),
+        State(ids.URL, "search"),
+        State(ids.FILTER_POOL, "options"),
+        State(ids.FILTER_PRODUCT, "options"),
+        State(ids.FILTER_TEAM, "options"),
+        State(ids.FILTER_CLUSTER, "options"),
+        prevent_initial_call=True,
+    )
+    def refresh_options(_drawn: Any, search: str | None, *shown: list[Any] | None) -> tuple[Any, ...]:
+        """The filters' options once a page is drawn with a view computed after sync_filters answered,
+        which brings the fleet's pools, products, teams and clusters (options only: the URL's values are
+        among them, so none is dropped)."""
+        options = _options(parse_query(search))
+        if list(options) == [list(s or []) for s in shown]:
+            raise PreventUpdate
+        return (*options, {} if len(options[3]) > 1 else {"display": "none"})
 
     @callback(
         Output({"type": ids.NAV_LINK, "path": ALL}, "href"),

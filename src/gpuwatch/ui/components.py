@@ -9,30 +9,70 @@ from typing import Any, cast
 
 import flask
 import pandas as pd
-from dash import dcc, html
+import plotly.graph_objects as go
+from dash import Output, ctx, dcc, html
+from dash.exceptions import MissingCallbackContextException
 
 from gpuwatch.analysis import low_coverage_warning
 from gpuwatch.model import Window
-from gpuwatch.ui import ids
-from gpuwatch.ui.data import Loaded, Outage, View, ViewStore, age_text, window_text
+from gpuwatch.ui import figures, ids
+from gpuwatch.ui.data import Loaded, Outage, Timed, View, ViewStore, Waiting, age_text, window_text
 from gpuwatch.ui.filters import Filters, parse_query
 
 STORE_KEY = "GPUWATCH_VIEW_STORE"
 TABLE_ROWS = 50  # rows shown per table; downloads carry them all
 NODE_ROWS = 40  # nodes drawn in a per-node figure (a browser draws 10,000 GPUs slowly); downloads carry all
+# Every page callback's `running`: the progress tick pauses while the page is drawn, as Dash drops the
+# answer of a callback still running when its inputs change again (a tick would swallow a slow draw).
+POLL_PAUSED = [(Output(ids.POLL, "disabled"), True, False)]
 
 
 def current_store() -> ViewStore:
-    """The ViewStore of the app serving the current request (callbacks run inside Flask)."""
+    """The ViewStore of the app serving the current request (callbacks run inside Flask). The first call
+    of a request notes how many computations had ended then (rendered())."""
     store = flask.current_app.config[STORE_KEY]
     assert isinstance(store, ViewStore)
+    if flask.has_request_context() and _GENERATION not in flask.g:
+        setattr(flask.g, _GENERATION, store.progress()[0])
     return store
 
 
+_GENERATION = "gpuwatch_generation"
+_INCOMPLETE = "gpuwatch_incomplete"
+
+
+def incomplete(state: Loaded | Timed | None) -> None:
+    """Note, for rendered(), that the page draws something still being computed, or failing (None: what
+    it adds to a view, not there yet)."""
+    missing = state is None or state.waiting is not None or state.outage is not None
+    if missing and flask.has_request_context():
+        setattr(flask.g, _INCOMPLETE, True)
+
+
+def rendered() -> dict[str, Any]:
+    """What a page's callback drew, for the progress tick (app.py): whether anything was missing (still
+    being computed, or failing) and how many computations had ended when it started. A page drawn whole is
+    not drawn again until its URL changes or the refresh comes."""
+    return {"generation": flask.g.get(_GENERATION), "incomplete": bool(flask.g.get(_INCOMPLETE, False))}
+
+
+def polled() -> bool:
+    """Whether the running callback was triggered by the shell's progress tick alone (ids.PENDING): the page
+    is drawn again to show progress, and tries a failed computation again only after its backoff
+    (ViewStore: a page opened or refreshed tries again at once)."""
+    try:
+        triggered = list(ctx.triggered_prop_ids.values())
+    except MissingCallbackContextException:
+        return False
+    return bool(triggered) and all(t == ids.PENDING for t in triggered)
+
+
 def load(search: str | None) -> tuple[Filters, Loaded]:
-    """The filters in the URL and the view they ask for."""
+    """The filters in the URL and the view they ask for (or what it waits for: Loaded.waiting)."""
     filters = parse_query(search)
-    return filters, current_store().load(filters)
+    loaded = current_store().load(filters, polled=polled())
+    incomplete(loaded)
+    return filters, loaded
 
 
 # -- numbers: the same formats as `gpuwatch report --format table` ------------------------------------
@@ -279,24 +319,68 @@ def table(
     )
 
 
-def banner(outage: Outage | None, shown: Window | None, computed_at: datetime | None) -> html.Div | None:
-    """The stale-data banner: which source fails since when, and what the page shows instead."""
+def banner(
+    outage: Outage | None, shown: Window | None, computed_at: datetime | None, waiting: Waiting | None = None
+) -> html.Div | None:
+    """The stale-data banner: which source fails (or, past the dashboard's deadline, which has not answered)
+    since when, what the page shows instead, and what a new try waits for (`waiting`)."""
     if outage is None:
         return None
     now = datetime.now(UTC)
     lines: list[Any] = [
-        html.Strong("Data source failing"),
+        html.Strong("Still waiting" if outage.late else "Data source failing"),
         f" since {outage.since:%H:%M:%S} UTC ({age_text(outage.since, now)}): {outage.message}",
         html.Br(),
     ]
+    back = "when the source answers" if outage.late else "when the source is back"
     if shown is not None and computed_at is not None:
         lines.append(
             f"Showing the last good data, fetched {computed_at:%Y-%m-%d %H:%M:%S} UTC, "
-            f"for {window_text(shown)}. It refreshes by itself when the source is back."
+            f"for {window_text(shown)}. It refreshes by itself {back}."
         )
+    elif outage.late:
+        lines.append(f"Nothing was fetched yet; this page fills in {back}.")
     else:
-        lines.append("No data was fetched before the failure; this page fills in when the source is back.")
+        lines.append(f"No data was fetched before the failure; this page fills in {back}.")
+    if waiting is not None and not outage.late:
+        lines += [html.Br(), f"Trying again: {waiting.text}."]
     return html.Div(lines, className="gw-banner", role="alert")
+
+
+def late_cluster_banners(waiting: Waiting | None) -> list[html.Div]:
+    """One banner per cluster of several whose source has not answered by the dashboard's deadline: the
+    page waits for it (up to that source's own deadline), then shows the other clusters without it."""
+    if waiting is None:
+        return []
+    return [
+        html.Div(
+            [
+                html.Strong(f"Cluster {w.cluster} not answering."),
+                f" {waiting.unanswered(w)}. When it is given up, this page shows the other clusters "
+                "without it (their numbers complete).",
+            ],
+            className="gw-banner",
+            role="alert",
+            id=f"cluster-late-{w.cluster}",
+        )
+        for w in waiting.late_clusters
+    ]
+
+
+def updating_note(waiting: Waiting | None, view: View | None) -> html.Div | None:
+    """While the page shows older data and the view it asks for is being computed: what that waits for."""
+    if waiting is None or view is None:
+        return None
+    return html.Div(
+        [
+            html.Strong("Updating: "),
+            f"{waiting.text}. Meanwhile the data computed {view.computed_at:%H:%M:%S} UTC "
+            f"for {window_text(view.window)}.",
+        ],
+        className="gw-updating",
+        role="status",
+        id="updating-note",
+    )
 
 
 def coverage_banner(report: Mapping[str, Any] | None) -> html.Div | None:
@@ -356,11 +440,14 @@ def history_banner(view: View | None) -> html.Div | None:
     )
 
 
-def banners(outage: Outage | None, view: View | None) -> html.Div | None:
-    """The banners above a page: a failing source (stale data), too little telemetry in the window, and
-    stretches without recorded history."""
+def banners(outage: Outage | None, view: View | None, waiting: Waiting | None = None) -> html.Div | None:
+    """The banners above a page: a failing or unanswering source (stale data), what the page waits for
+    while it shows older data, too little telemetry in the window, and stretches without recorded
+    history."""
     shown = [
-        banner(outage, view.window if view else None, view.computed_at if view else None),
+        banner(outage, view.window if view else None, view.computed_at if view else None, waiting),
+        *late_cluster_banners(waiting),
+        updating_note(waiting, view) if outage is None else None,
         *cluster_banners(view.headline if view else None),
         coverage_banner(view.headline if view else None),
         history_banner(view),
@@ -370,14 +457,17 @@ def banners(outage: Outage | None, view: View | None) -> html.Div | None:
 
 
 def loaded_banner(loaded: Loaded) -> html.Div | None:
-    return banners(loaded.outage, loaded.view)
+    return banners(loaded.outage, loaded.view, loaded.waiting)
 
 
 def as_of(loaded: Loaded, filters: Filters) -> str:
     """The line under a page title: window, scope, and when it was computed."""
     view = loaded.view
     if view is None:
-        return f"{window_text(loaded.requested)} · no data" if loaded.requested else "no data"
+        state = "waiting for data" if loaded.waiting is not None else "no data"
+        if loaded.requested is None:
+            return state
+        return f"{window_text(loaded.requested)} · {filters.describe()} · {state}"
     text = (
         f"{window_text(view.window)} · {filters.describe()} · {view.read_path.describe()} · "
         f"computed {view.computed_at:%H:%M:%S} UTC"
@@ -386,7 +476,8 @@ def as_of(loaded: Loaded, filters: Filters) -> str:
 
 
 def page(title: str, subtitle: str, *children: Any, as_of_id: str, banner_id: str) -> html.Div:
-    """A page: title, what it answers, the as-of line, the banner slot, then its content."""
+    """A page: title, what it answers, the as-of line, the banner slot, then its content (and the store its
+    callback says what it drew in: rendered_id)."""
     return html.Div(
         [
             html.Div(
@@ -396,8 +487,14 @@ def page(title: str, subtitle: str, *children: Any, as_of_id: str, banner_id: st
             html.P(id=as_of_id, className="gw-muted gw-as-of"),
             html.Div(id=banner_id),
             *children,
+            dcc.Store(id=rendered_id(banner_id)),
         ]
     )
+
+
+def rendered_id(banner_id: str) -> dict[str, str]:
+    """The id of the store a page's callback writes rendered() into (named by its banner's id)."""
+    return {"type": ids.RENDERED, "page": banner_id}
 
 
 def first_nodes(
@@ -438,6 +535,40 @@ def graph(
                 type="dot",
                 delay_show=400,
             ),
+        ],
+        className="gw-card",
+    )
+
+
+# -- cards without their data yet ------------------------------------------------------------------------
+
+
+def pending_text(state: Loaded | Timed) -> str:
+    """What a card without its data says: what it waits for ("waiting for Prometheus at … · 6 s"), or why
+    there is nothing (never an empty chart)."""
+    if state.waiting is not None:
+        return state.waiting.text
+    if state.outage is not None:
+        return "no data: the source is failing (see above)"
+    return "no data yet"
+
+
+def pending_figure(state: Loaded | Timed, *, height: int = 240) -> go.Figure:
+    """An empty figure saying what it waits for."""
+    return figures.empty(pending_text(state), height=height)
+
+
+def pending_note(state: Loaded | Timed) -> html.P:
+    """The KPI tiles' place while they wait: what for, across the whole row."""
+    return html.P(pending_text(state), className="gw-empty gw-pending")
+
+
+def pending_card(title: str, state: Loaded | Timed) -> html.Section:
+    """A table's card while it waits: its title and what it waits for."""
+    return html.Section(
+        [
+            html.Div([html.H2(title)], className="gw-section-head"),
+            html.P(pending_text(state), className="gw-empty gw-pending"),
         ],
         className="gw-card",
     )

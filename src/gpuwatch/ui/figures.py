@@ -1,6 +1,7 @@
 """Pure functions from frames and numbers to plotly figures; no data loading here."""
 
 import math
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -60,10 +61,15 @@ def _style(
     return fig
 
 
+EMPTY_LINE_CHARS = 56  # an annotation's line fits a half-width card at 1280 px
+
+
 def empty(message: str, *, height: int = 240) -> go.Figure:
-    """A blank figure that says why it is blank."""
+    """A blank figure that says why it is blank (a long message on several lines, broken between words)."""
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font={"size": 14, "color": "#627d98"})
+    lines = textwrap.wrap(message, EMPTY_LINE_CHARS, break_long_words=False, break_on_hyphens=False)
+    text = "<br>".join(lines) or message
+    fig.add_annotation(text=text, showarrow=False, font={"size": 14, "color": "#627d98"})
     fig.update_layout(template="plotly_white", height=height, margin={"l": 20, "r": 20, "t": 20, "b": 20})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)

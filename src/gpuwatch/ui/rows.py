@@ -7,7 +7,17 @@ import pandas as pd
 
 from gpuwatch.health import HOT_CELSIUS
 from gpuwatch.model import LEDGER_STATES
-from gpuwatch.ui.components import Column, current_store, kwh, num, records, two_lines, usd
+from gpuwatch.ui.components import (
+    Column,
+    current_store,
+    incomplete,
+    kwh,
+    num,
+    polled,
+    records,
+    two_lines,
+    usd,
+)
 from gpuwatch.ui.data import View, since_text
 
 CHANGE_KEYS = ("allocated_gpu_hours_change_ratio", "efficiency_change_ratio")
@@ -105,14 +115,20 @@ def idle_rows(view: View, limit: int | None = None) -> list[dict[str, Any]]:
 
 
 def quota_frame() -> pd.DataFrame | None:
-    """Quotas per team now (None while they cannot be read)."""
-    return current_store().quotas().frame
+    """Quotas per team now (None while they cannot be read, or are still being read)."""
+    quotas = current_store().quotas(polled=polled())
+    incomplete(quotas)
+    return quotas.frame
 
 
 def change_frame(view: View) -> pd.DataFrame | None:
-    """Per team, the change since the window before the view's (None while it cannot be read)."""
-    previous = current_store().previous(view)
-    return None if previous is None else view.team_changes(previous)
+    """Per team, the change since the window before the view's (None while it cannot be read, or is still
+    being computed)."""
+    previous = current_store().previous(view, polled=polled())
+    if previous is None:
+        incomplete(None)
+        return None
+    return view.team_changes(previous)
 
 
 def team_rows(

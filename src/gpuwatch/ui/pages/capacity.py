@@ -9,6 +9,7 @@ from dash import Input, Output, callback, html
 
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
+    POLL_PAUSED,
     Column,
     as_of,
     capacity_kpi,
@@ -20,7 +21,12 @@ from gpuwatch.ui.components import (
     num,
     page,
     pct,
+    pending_card,
+    pending_figure,
+    pending_note,
     records,
+    rendered,
+    rendered_id,
     table,
     usd,
 )
@@ -58,6 +64,9 @@ def layout(**_query: str) -> html.Div:
         as_of_id=ids.CAPACITY_AS_OF,
         banner_id=ids.CAPACITY_BANNER,
     )
+
+
+PENDING_TITLE = "Pending GPU pods and why"
 
 
 def pool_rows(view: View) -> list[dict[str, Any]]:
@@ -241,8 +250,16 @@ def render(search: str | None) -> tuple[Any, ...]:
     view = loaded.view
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
-        blank = figures.empty("no data yet")
-        return (*head, [], blank, "", blank, None, None)
+        blank = pending_figure(loaded)
+        return (
+            *head,
+            pending_note(loaded),
+            blank,
+            "",
+            blank,
+            pending_card("Pools", loaded),
+            pending_card(PENDING_TITLE, loaded),
+        )
     now = view.nodes_now()
     nodes, shown = first_nodes(now, free_gpus(now), why="partly used nodes with the most free GPUs first")
     return (
@@ -261,7 +278,7 @@ def render(search: str | None) -> tuple[Any, ...]:
         ],
         table(
             "capacity-pending",
-            "Pending GPU pods and why",
+            PENDING_TITLE,
             PENDING_COLUMNS,
             pending_rows(view),
             empty_text="no GPU pod is pending",
@@ -284,8 +301,11 @@ def render(search: str | None) -> tuple[Any, ...]:
     Output(ids.CAPACITY_FRAGMENTATION, "figure"),
     Output(ids.CAPACITY_POOLS, "children"),
     Output(ids.CAPACITY_PENDING, "children"),
+    Output(rendered_id(ids.CAPACITY_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, _n: int) -> tuple[Any, ...]:
-    return render(search)
+def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
+    return (*render(search), rendered())

@@ -9,18 +9,25 @@ from dash import Input, Output, callback, dcc, html
 from gpuwatch.health import HEALTH_COLUMNS, HOT_CELSIUS, gpu_rows, health_events, xid_text
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
+    POLL_PAUSED,
     Column,
     as_of,
     banners,
     current_store,
     download_buttons,
     first_nodes,
+    incomplete,
     kpi,
     load,
     num,
     page,
     pct,
+    pending_card,
+    pending_figure,
+    polled,
     records,
+    rendered,
+    rendered_id,
     table,
 )
 from gpuwatch.ui.data import Loaded, Timed, View
@@ -171,6 +178,10 @@ COVERAGE_COLUMNS = [
 ]
 
 
+EVENTS_TITLE = "Health events"
+COVERAGE_TITLE = "Telemetry coverage"
+
+
 def coverage_rows(view: View) -> pd.DataFrame:
     frame = view.node_coverage().rename(columns={"coverage_ratio": "coverage"})
     short: pd.DataFrame = frame[frame["coverage"] < 1].sort_values("coverage", ignore_index=True)
@@ -210,7 +221,7 @@ def _coverage(view: View) -> html.Div:
         [
             html.Section(
                 [
-                    html.H2("Telemetry coverage"),
+                    html.H2(COVERAGE_TITLE),
                     tiles,
                     html.Ul([html.Li(w) for w in warnings], className="gw-warnings")
                     if warnings
@@ -229,8 +240,8 @@ def _coverage(view: View) -> html.Div:
     )
 
 
-def _health(loaded: Loaded) -> Timed | None:
-    return current_store().health(loaded.view.window) if loaded.view is not None else None
+def _health(loaded: Loaded, *, polled: bool = False) -> Timed | None:
+    return current_store().health(loaded.view.window, polled=polled) if loaded.view is not None else None
 
 
 @exporter("health-events")
@@ -258,13 +269,18 @@ def _export_coverage(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
 def render(search: str | None, metric: str) -> tuple[Any, ...]:
     filters, loaded = load(search)
     view = loaded.view
-    timed = _health(loaded)
+    timed = _health(loaded, polled=polled())
+    if timed is not None:
+        incomplete(timed)
     outage = loaded.outage or (timed.outage if timed else None)
-    shown = banners(outage, view)
+    shown = banners(outage, view, loaded.waiting)
     text = as_of(loaded, filters)
     if view is None or timed is None:
-        return shown, text, figures.empty("no data yet"), "", None, None
+        events_card, coverage_card = pending_card(EVENTS_TITLE, loaded), pending_card(COVERAGE_TITLE, loaded)
+        return shown, text, pending_figure(loaded), "", events_card, coverage_card
     if timed.frame is None:
+        if timed.waiting is not None:  # device health still being read: say what for
+            return shown, text, pending_figure(timed), "", pending_card(EVENTS_TITLE, timed), _coverage(view)
         return shown, text, figures.empty("device telemetry unavailable"), "", None, _coverage(view)
     last = timed.frame["timestamp"].max() if len(timed.frame) else None
     if last is not None and not pd.isna(last):
@@ -276,7 +292,7 @@ def render(search: str | None, metric: str) -> tuple[Any, ...]:
     heat = figures.health_heatmap(_cells(drawn, metric), metric)
     event_rows = records(found)
     event_table = table(
-        "health-events", "Health events", EVENT_COLUMNS, event_rows, empty_text="no health events"
+        "health-events", EVENTS_TITLE, EVENT_COLUMNS, event_rows, empty_text="no health events"
     )
     return shown, text, heat, caption, event_table, _coverage(view)
 
@@ -288,9 +304,12 @@ def render(search: str | None, metric: str) -> tuple[Any, ...]:
     Output(ids.HEALTH_HEATMAP_SHOWN, "children"),
     Output(ids.HEALTH_EVENTS, "children"),
     Output(ids.HEALTH_COVERAGE, "children"),
+    Output(rendered_id(ids.HEALTH_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.HEALTH_METRIC, "value"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, metric: str | None, _n: int) -> tuple[Any, ...]:
-    return render(search, metric or "util")
+def update(search: str | None, metric: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
+    return (*render(search, metric or "util"), rendered())

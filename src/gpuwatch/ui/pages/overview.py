@@ -7,6 +7,7 @@ from dash import Input, Output, callback, html
 
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
+    POLL_PAUSED,
     Column,
     as_of,
     capacity_kpi,
@@ -17,6 +18,11 @@ from gpuwatch.ui.components import (
     num,
     page,
     pct,
+    pending_card,
+    pending_figure,
+    pending_note,
+    rendered,
+    rendered_id,
     table,
     usd,
 )
@@ -110,10 +116,13 @@ WASTE_COLUMNS = [
 ]
 
 
+TOP_WASTE_TITLE = "Top idle-allocated workloads"
+
+
 def _top_waste(view: View, query: str) -> html.Section:
     return table(
         "overview-top-waste",
-        "Top idle-allocated workloads",
+        TOP_WASTE_TITLE,
         WASTE_COLUMNS,
         view.top_idle_workloads(TOP),
         limit=TOP,
@@ -139,8 +148,8 @@ def render(search: str | None) -> tuple[Any, ...]:
     view = loaded.view
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
-        blank = figures.empty("no data yet")
-        return (*head, [], blank, blank, blank, None)
+        blank = pending_figure(loaded)
+        return (*head, pending_note(loaded), blank, blank, blank, pending_card(TOP_WASTE_TITLE, loaded))
     return (
         *head,
         _kpis(view, filters),
@@ -159,8 +168,11 @@ def render(search: str | None) -> tuple[Any, ...]:
     Output(ids.OVERVIEW_WATERFALL, "figure"),
     Output(ids.OVERVIEW_POOL_CHART, "figure"),
     Output(ids.OVERVIEW_TOP_WASTE, "children"),
+    Output(rendered_id(ids.OVERVIEW_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, _n: int) -> tuple[Any, ...]:
-    return render(search)
+def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
+    return (*render(search), rendered())

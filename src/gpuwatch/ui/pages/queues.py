@@ -14,6 +14,7 @@ from gpuwatch.model import cluster_of
 from gpuwatch.schema import QUEUE_ROWS, RECLAIM_CANDIDATES
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
+    POLL_PAUSED,
     Column,
     Markup,
     as_of,
@@ -24,6 +25,11 @@ from gpuwatch.ui.components import (
     missing,
     num,
     page,
+    pending_card,
+    pending_figure,
+    pending_note,
+    rendered,
+    rendered_id,
     table,
     two_lines,
     usd,
@@ -505,8 +511,9 @@ def render(search: str | None) -> tuple[Any, ...]:
     head = (loaded_banner(loaded), as_of(loaded, filters))
     hidden = {"display": "none"}
     if view is None:
-        blank = figures.empty("no data yet")
-        return (*head, [], None, None, hidden, blank, "", blank, "", None)
+        blank = pending_figure(loaded)
+        queues = pending_card("Queues", loaded)
+        return (*head, pending_note(loaded), None, queues, hidden, blank, "", blank, "", None)
     query = to_query(filters)
     return (*head, *view.drawn(f"queues?{query}", lambda: _draw(view, query)))
 
@@ -559,8 +566,11 @@ def _draw(view: View, query: str) -> tuple[Any, ...]:
     Output(ids.QUEUES_WAITS, "figure"),
     Output(ids.QUEUES_WAITS_SHOWN, "children"),
     Output(ids.QUEUES_TABLES, "children"),
+    Output(rendered_id(ids.QUEUES_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, _n: int) -> tuple[Any, ...]:
-    return render(search)
+def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
+    return (*render(search), rendered())

@@ -8,7 +8,21 @@ from dash import Input, Output, callback, html
 
 from gpuwatch.report import group_rows
 from gpuwatch.ui import ids
-from gpuwatch.ui.components import Column, as_of, kpi, load, loaded_banner, page, table, usd
+from gpuwatch.ui.components import (
+    POLL_PAUSED,
+    Column,
+    as_of,
+    kpi,
+    load,
+    loaded_banner,
+    page,
+    pending_card,
+    pending_note,
+    rendered,
+    rendered_id,
+    table,
+    usd,
+)
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
@@ -49,6 +63,9 @@ def layout(**_query: str) -> html.Div:
     )
 
 
+RECOMMENDATIONS_TITLE = "Recommendations, biggest savings first"
+
+
 def _workloads(view: View) -> list[dict[str, Any]]:
     """The report's workload rows with a recommendation as columns, the biggest savings first."""
     rows = group_rows(view.report, "workload")
@@ -68,7 +85,7 @@ def render(search: str | None) -> tuple[Any, ...]:
     view = loaded.view
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
-        return (*head, [], None)
+        return (*head, pending_note(loaded), pending_card(RECOMMENDATIONS_TITLE, loaded))
     summary = view.report["rightsizing"]
     rows = _workloads(view)
     changes = [r for r in rows if r["recommendation_kind"] in CHANGES]
@@ -93,7 +110,7 @@ def render(search: str | None) -> tuple[Any, ...]:
     tables = [
         table(
             "rightsize",
-            "Recommendations, biggest savings first",
+            RECOMMENDATIONS_TITLE,
             COLUMNS,
             rows,
             limit=TOP_ROWS,
@@ -127,8 +144,11 @@ def render(search: str | None) -> tuple[Any, ...]:
     Output(ids.RIGHTSIZE_AS_OF, "children"),
     Output(ids.RIGHTSIZE_KPIS, "children"),
     Output(ids.RIGHTSIZE_TABLES, "children"),
+    Output(rendered_id(ids.RIGHTSIZE_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, _n: int) -> tuple[Any, ...]:
-    return render(search)
+def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
+    return (*render(search), rendered())

@@ -9,16 +9,24 @@ from dash import Input, Output, State, callback, dcc, html
 
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
+    POLL_PAUSED,
     Column,
     as_of,
     current_store,
     graph,
+    incomplete,
     kpi,
     kwh,
     loaded_banner,
     num,
     page,
     pct,
+    pending_card,
+    pending_figure,
+    pending_note,
+    polled,
+    rendered,
+    rendered_id,
     table,
     usd,
 )
@@ -64,7 +72,9 @@ def layout(team: str | None = None, **_query: str) -> html.Div:
 def load_team(search: str | None, team: str) -> tuple[Filters, Loaded]:
     """The URL's window and pools, the whole of this team (a team filter would hide it)."""
     filters = replace(parse_query(search), teams=())
-    return filters, current_store().load(filters)
+    loaded = current_store().load(filters, polled=polled())
+    incomplete(loaded)
+    return filters, loaded
 
 
 def team_view(view: View, team: str) -> View:
@@ -102,7 +112,7 @@ def render(team: str, search: str | None) -> tuple[Any, ...]:
         dcc.Link("← all teams", href=dash.get_relative_path("/teams") + to_query(filters)),
     )
     if view is None:
-        return (*head, [], figures.empty("no data yet"), None)
+        return (*head, pending_note(loaded), pending_figure(loaded), pending_card("Workloads", loaded))
     report = team_view(view, team).report
     row = next((r for r in team_rows(view, quota_frame()) if r["team"] == team), None)
     timeline = view.team_timeline()
@@ -181,9 +191,12 @@ def render(team: str, search: str | None) -> tuple[Any, ...]:
     Output(ids.TEAM_KPIS, "children"),
     Output(ids.TEAM_TREND, "figure"),
     Output(ids.TEAM_TABLES, "children"),
+    Output(rendered_id(ids.TEAM_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
     State(ids.TEAM_NAME, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, _n: int, team: str | None) -> tuple[Any, ...]:
-    return render(team or "", search)
+def update(search: str | None, _n: int, _pending: object, team: str | None) -> tuple[Any, ...]:
+    return (*render(team or "", search), rendered())

@@ -7,13 +7,30 @@ import pandas as pd
 from dash import Input, Output, callback, html
 
 from gpuwatch.ui import figures, ids
-from gpuwatch.ui.components import Column, Markup, as_of, load, loaded_banner, page, table, two_lines, usd
+from gpuwatch.ui.components import (
+    POLL_PAUSED,
+    Column,
+    Markup,
+    as_of,
+    load,
+    loaded_banner,
+    page,
+    pending_card,
+    rendered,
+    rendered_id,
+    table,
+    two_lines,
+    usd,
+)
 from gpuwatch.ui.data import Loaded, View
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
 from gpuwatch.ui.rows import budget_text, change_frame, quota_frame, quota_text, team_rows
 
 dash.register_page(__name__, path="/teams", name="Teams", title="gpuwatch · Teams", order=4)
+
+
+TITLE = "Teams by idle waste"
 
 
 def layout(**_query: str) -> html.Div:
@@ -73,7 +90,7 @@ def render(search: str | None) -> tuple[Any, ...]:
     view = loaded.view
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
-        return (*head, None)
+        return (*head, pending_card(TITLE, loaded))
     sparks = _sparklines(view)
     rows = [
         {**r, "quota": quota_text(r), "budget": _budget(r), "trend": sparks.get(r["team"])}
@@ -83,7 +100,7 @@ def render(search: str | None) -> tuple[Any, ...]:
         *head,
         table(
             "teams",
-            "Teams by idle waste",
+            TITLE,
             COLUMNS,
             rows,
             limit=100,
@@ -102,8 +119,11 @@ def render(search: str | None) -> tuple[Any, ...]:
     Output(ids.TEAMS_BANNER, "children"),
     Output(ids.TEAMS_AS_OF, "children"),
     Output(ids.TEAMS_TABLE, "children"),
+    Output(rendered_id(ids.TEAMS_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, _n: int) -> tuple[Any, ...]:
-    return render(search)
+def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
+    return (*render(search), rendered())

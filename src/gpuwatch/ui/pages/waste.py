@@ -9,6 +9,7 @@ from dash import Input, Output, callback, html
 
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
+    POLL_PAUSED,
     as_of,
     capacity_kpi,
     graph,
@@ -19,6 +20,11 @@ from gpuwatch.ui.components import (
     num,
     page,
     pct,
+    pending_card,
+    pending_figure,
+    pending_note,
+    rendered,
+    rendered_id,
     table,
     usd,
 )
@@ -174,8 +180,8 @@ def render(search: str | None) -> tuple[Any, ...]:
     view = loaded.view
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
-        blank = figures.empty("no data yet")
-        return (*head, [], blank, blank, None)
+        blank = pending_figure(loaded)
+        return (*head, pending_note(loaded), blank, blank, pending_card("Teams", loaded))
     # The page's reads of the pods' series go side by side: Prometheus sums them on every core.
     with ThreadPoolExecutor(max_workers=3) as pool:
         reads = [
@@ -200,8 +206,11 @@ def render(search: str | None) -> tuple[Any, ...]:
     Output(ids.WASTE_LEDGER, "figure"),
     Output(ids.WASTE_TREEMAP, "figure"),
     Output(ids.WASTE_TABLES, "children"),
+    Output(rendered_id(ids.WASTE_BANNER), "data"),
     Input(ids.URL, "search"),
     Input(ids.REFRESH, "n_intervals"),
+    Input(ids.PENDING, "data"),
+    running=POLL_PAUSED,
 )
-def update(search: str | None, _n: int) -> tuple[Any, ...]:
-    return render(search)
+def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
+    return (*render(search), rendered())
