@@ -111,7 +111,7 @@ def field_aliases_selector(fields: Sequence[Field], matchers: Sequence[Matcher] 
 def liveness_query() -> str:
     """The cheapest question a query API answers (whether it answers at all), evaluated on no series::
 
-        vector(1)
+    vector(1)
     """
     return "vector(1)"
 
