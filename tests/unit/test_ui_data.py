@@ -483,3 +483,36 @@ def test_past_the_deadline_a_page_shows_the_last_good_data_under_the_outage(
     finally:
         sources.answer.set()
     assert eventually(lambda: store.load(asked).view if store.load(asked).outage is None else None)
+
+
+def test_a_source_failing_while_a_page_draws_is_its_banner_and_the_rest_stays(
+    service: FleetService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The recorded path reads a view's detail as the page draws it: a source failing then is the page's
+    banner (one log line), its other outputs unchanged (no_update), never a callback error."""
+    import flask
+    from dash import no_update
+    from dash._callback_context import context_value
+    from dash._utils import AttributeDict
+
+    from gpuwatch.ui.components import STORE_KEY, draw
+
+    def render() -> tuple[Any, ...]:
+        raise PrometheusError("prometheus at http://prometheus:9090 unreachable: no answer within 60s")
+
+    app = flask.Flask(__name__)
+    app.config[STORE_KEY] = ViewStore(service)
+    token = context_value.set(AttributeDict(outputs_list=[{}] * 5, triggered_inputs=[]))
+    try:
+        with app.test_request_context("/"), caplog.at_level(logging.WARNING):
+            banner, *rest, drawn = draw(render)
+            draw(render)
+    finally:
+        context_value.reset(token)
+    text = str(banner)
+    assert "Data source failing" in text and "no answer within 60s" in text
+    assert rest == [no_update] * 3
+    assert drawn["incomplete"] is True
+    assert [r.getMessage() for r in caplog.records] == [
+        "gpuwatch UI: source failing: prometheus at http://prometheus:9090 unreachable: no answer within 60s"
+    ]

@@ -10,10 +10,11 @@ from typing import Any, cast
 import flask
 import pandas as pd
 import plotly.graph_objects as go
-from dash import Output, ctx, dcc, html
+from dash import Output, ctx, dcc, html, no_update
 from dash.exceptions import MissingCallbackContextException
 
 from gpuwatch.analysis import low_coverage_warning
+from gpuwatch.errors import SourceError
 from gpuwatch.model import Window
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.data import Loaded, Outage, Timed, View, ViewStore, Waiting, age_text, window_text
@@ -65,6 +66,28 @@ def polled() -> bool:
     except MissingCallbackContextException:
         return False
     return bool(triggered) and all(t == ids.PENDING for t in triggered)
+
+
+def draw(render: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """A page callback's outputs: render()'s (the banner first), then rendered(). A source failing while
+    the page reads what it draws (the recorded path reads a view's detail as it is drawn) is a banner
+    saying so; the rest of the page stays as it was, and the next refresh tries again."""
+    try:
+        return (*render(), rendered())
+    except SourceError as e:
+        outage = current_store().read_failed(e)
+        incomplete(None)
+        said = html.Div(
+            [
+                html.Strong("Data source failing"),
+                f" since {outage.since:%H:%M:%S} UTC: {outage.message}",
+                html.Br(),
+                "This page keeps what it showed; it refreshes by itself when the source is back.",
+            ],
+            className="gw-banner",
+            role="alert",
+        )
+        return (said, *([no_update] * (len(ctx.outputs_list) - 2)), rendered())
 
 
 def load(search: str | None) -> tuple[Filters, Loaded]:

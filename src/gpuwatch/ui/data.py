@@ -247,17 +247,28 @@ class ViewStore:
 
     def _failed(self, error: Exception, key: Hashable) -> Outage:
         """Record a source's failure; it is logged once, in one line, until the sources answer again."""
-        message = str(error) or type(error).__name__
         with self._lock:
-            since = self._outage.since if self._outage else self._wall()
-            self._outage = Outage(since=since, message=message)
+            outage = self._outage_of(error)
             before = self._failures.get(key)
             count = before.count + 1 if before is not None else 1
-            self._failures[key] = _Failure(outage=self._outage, at=time.monotonic(), count=count)
-            if message not in self._logged:
-                self._logged.add(message)
-                log.warning("gpuwatch UI: source failing: %s", message)
-            return self._outage
+            self._failures[key] = _Failure(outage=outage, at=time.monotonic(), count=count)
+            return outage
+
+    def read_failed(self, error: Exception) -> Outage:
+        """A read a page makes while it draws a view failed (the recorded path reads a view's detail as it
+        is drawn): the outage, logged as _failed() logs it."""
+        with self._lock:
+            return self._outage_of(error)
+
+    def _outage_of(self, error: Exception) -> Outage:
+        """The outage `error` makes (since the first failure of this outage), logged once; hold the lock."""
+        message = str(error) or type(error).__name__
+        since = self._outage.since if self._outage else self._wall()
+        self._outage = Outage(since=since, message=message)
+        if message not in self._logged:
+            self._logged.add(message)
+            log.warning("gpuwatch UI: source failing: %s", message)
+        return self._outage
 
     def _succeeded(self, key: Hashable, *, whole: bool) -> None:
         """A computation of `key` succeeded; a view's (`whole`: it read every source) ends every failure."""

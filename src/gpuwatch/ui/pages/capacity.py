@@ -13,6 +13,7 @@ from gpuwatch.ui.components import (
     Column,
     as_of,
     capacity_kpi,
+    draw,
     first_nodes,
     graph,
     kpi,
@@ -25,7 +26,6 @@ from gpuwatch.ui.components import (
     pending_figure,
     pending_note,
     records,
-    rendered,
     rendered_id,
     table,
     usd,
@@ -308,4 +308,4 @@ def render(search: str | None) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
-    return (*render(search), rendered())
+    return draw(lambda: render(search))

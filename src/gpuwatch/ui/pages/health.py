@@ -15,6 +15,7 @@ from gpuwatch.ui.components import (
     banners,
     current_store,
     download_buttons,
+    draw,
     first_nodes,
     incomplete,
     kpi,
@@ -26,7 +27,6 @@ from gpuwatch.ui.components import (
     pending_figure,
     polled,
     records,
-    rendered,
     rendered_id,
     table,
 )
@@ -312,4 +312,4 @@ def render(search: str | None, metric: str) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, metric: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
-    return (*render(search, metric or "util"), rendered())
+    return draw(lambda: render(search, metric or "util"))

@@ -11,6 +11,7 @@ from gpuwatch.ui.components import (
     Column,
     as_of,
     capacity_kpi,
+    draw,
     graph,
     kpi,
     load,
@@ -21,7 +22,6 @@ from gpuwatch.ui.components import (
     pending_card,
     pending_figure,
     pending_note,
-    rendered,
     rendered_id,
     table,
     usd,
@@ -175,4 +175,4 @@ def render(search: str | None) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
-    return (*render(search), rendered())
+    return draw(lambda: render(search))

@@ -18,6 +18,7 @@ from gpuwatch.ui.components import (
     Column,
     Markup,
     as_of,
+    draw,
     graph,
     kpi,
     load,
@@ -28,7 +29,6 @@ from gpuwatch.ui.components import (
     pending_card,
     pending_figure,
     pending_note,
-    rendered,
     rendered_id,
     table,
     two_lines,
@@ -573,4 +573,4 @@ def _draw(view: View, query: str) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
-    return (*render(search), rendered())
+    return draw(lambda: render(search))

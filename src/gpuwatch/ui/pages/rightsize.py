@@ -12,13 +12,13 @@ from gpuwatch.ui.components import (
     POLL_PAUSED,
     Column,
     as_of,
+    draw,
     kpi,
     load,
     loaded_banner,
     page,
     pending_card,
     pending_note,
-    rendered,
     rendered_id,
     table,
     usd,
@@ -151,4 +151,4 @@ def render(search: str | None) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
-    return (*render(search), rendered())
+    return draw(lambda: render(search))

@@ -13,6 +13,7 @@ from gpuwatch.ui.components import (
     Column,
     as_of,
     current_store,
+    draw,
     graph,
     incomplete,
     kpi,
@@ -25,7 +26,6 @@ from gpuwatch.ui.components import (
     pending_figure,
     pending_note,
     polled,
-    rendered,
     rendered_id,
     table,
     usd,
@@ -199,4 +199,4 @@ def render(team: str, search: str | None) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, _n: int, _pending: object, team: str | None) -> tuple[Any, ...]:
-    return (*render(team or "", search), rendered())
+    return draw(lambda: render(team or "", search))

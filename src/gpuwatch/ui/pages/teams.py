@@ -12,11 +12,11 @@ from gpuwatch.ui.components import (
     Column,
     Markup,
     as_of,
+    draw,
     load,
     loaded_banner,
     page,
     pending_card,
-    rendered,
     rendered_id,
     table,
     two_lines,
@@ -126,4 +126,4 @@ def render(search: str | None) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
-    return (*render(search), rendered())
+    return draw(lambda: render(search))

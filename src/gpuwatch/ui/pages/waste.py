@@ -12,6 +12,7 @@ from gpuwatch.ui.components import (
     POLL_PAUSED,
     as_of,
     capacity_kpi,
+    draw,
     graph,
     kpi,
     kwh,
@@ -23,7 +24,6 @@ from gpuwatch.ui.components import (
     pending_card,
     pending_figure,
     pending_note,
-    rendered,
     rendered_id,
     table,
     usd,
@@ -213,4 +213,4 @@ def render(search: str | None) -> tuple[Any, ...]:
     running=POLL_PAUSED,
 )
 def update(search: str | None, _n: int, _pending: object) -> tuple[Any, ...]:
-    return (*render(search), rendered())
+    return draw(lambda: render(search))
