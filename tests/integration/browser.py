@@ -58,10 +58,13 @@ def screenshot(page: Page, name: str) -> Path:
 
 
 def settle(page: Page, timeout_ms: int = 120_000) -> None:
-    """Wait until Dash has no callback in flight (nothing marked loading) and the page has painted."""
+    """Wait until Dash has no callback in flight (nothing marked loading), no card still says what it waits
+    for (a view computed in the background: "waiting for …", "computing …"), and the page has painted."""
     page.wait_for_function(
         "() => window.dash_clientside !== undefined"
-        " && !document.querySelector('[data-dash-is-loading=\"true\"]')",
+        " && !document.querySelector('[data-dash-is-loading=\"true\"]')"
+        " && ![...document.querySelectorAll('.gw-pending')]"
+        "      .some(e => /^(waiting for|computing)/.test(e.innerText))",
         timeout=timeout_ms,
     )
     page.wait_for_timeout(400)

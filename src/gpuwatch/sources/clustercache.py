@@ -68,6 +68,7 @@ class _Watched(Generic[T]):
         self.version: str | None = None
         self.stats = WatchStats()
         self.error = ""
+        self.failing_since: float | None = None  # monotonic time of the first failure since it last worked
         self.synced = threading.Event()  # listed once
         self.tried = threading.Event()  # listed once, or a list failed
         self.lock = threading.Lock()
@@ -80,6 +81,8 @@ class _Watched(Generic[T]):
                 self._follow(stop, timeout_seconds)
             except KubernetesError as e:
                 self.error = str(e)
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
                 self.stats.cut += 1
                 self.tried.set()
                 stop.wait(retry_seconds)
@@ -103,7 +106,7 @@ class _Watched(Generic[T]):
         kept = {key: value for key, value in read if value is not None}
         with self.lock:
             self.objects, self.version = kept, version
-        self.error = ""
+        self.error, self.failing_since = "", None
         self.synced.set()
         self.tried.set()
 
@@ -112,7 +115,7 @@ class _Watched(Generic[T]):
         self.stats.watches += 1
 
         def opened() -> None:
-            self.error = ""
+            self.error, self.failing_since = "", None
 
         for event in self.source.watch_raw(
             self.kind,
@@ -193,8 +196,8 @@ class ClusterCache:
     def cluster_state(self) -> ClusterState:
         """The cluster as the watches last saw it. A KubernetesError while a kind was never listed (its
         first list failed, or got no answer within the source's deadline), and while the API server is
-        not answering now: a list or watch unanswered for silent_seconds, or the last one failed (the
-        cache would be as old as the outage, and nothing in it says so)."""
+        not answering now: a list or watch unanswered for silent_seconds, or failing as long (the cache
+        would be as old as the outage, and nothing in it says so)."""
         self.start()
         for watched in self._kinds.values():
             if not watched.tried.wait(self.sync_seconds) and not watched.synced.is_set():
@@ -207,9 +210,11 @@ class ClusterCache:
             raise KubernetesError(
                 f"kubernetes API at {self.source.server} unreachable: no answer within {silent.seconds:.0f}s"
             )
-        failing = next((w.error for w in self._kinds.values() if w.error), "")
+        # A watch cut once is resumed within retry_seconds; one failing as long as silent_seconds is down.
+        now = time.monotonic()
+        failing = [w.error for w in self._kinds.values() if _failing_for(w, now) >= self.silent_seconds]
         if failing:
-            raise KubernetesError(failing)
+            raise KubernetesError(failing[0])
         k = self._others
         return state_from_parsed(
             k["nodes"].items(), self._pods.items(), k["namespaces"].items(), k["resourcequotas"].items()
@@ -217,6 +222,12 @@ class ClusterCache:
 
     def stats(self) -> dict[str, WatchStats]:
         return {k: WatchStats(**vars(w.stats)) for k, w in self._kinds.items()}
+
+
+def _failing_for(watched: "_Watched[Any]", now: float) -> float:
+    """How long the kind's watcher has failed without a list or watch working since (0: it works)."""
+    since = watched.failing_since
+    return 0.0 if since is None or not watched.error else now - since
 
 
 def _key(obj: JsonObject) -> tuple[str, str]:
