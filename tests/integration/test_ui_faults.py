@@ -208,3 +208,41 @@ def test_one_cluster_of_several_not_answering_gets_its_own_banner() -> None:
             assert errors == []
     finally:
         silent.stop.set()
+
+
+# What the page says within 15 s of each other fault (docs/faults.md): a dripping Prometheus is waited for
+# as a silent one is; one that resets, cuts its answer short or answers garbage fails at once, in the
+# banner. The Kubernetes API is followed by watches, which say it fails once they have failed for 10 s.
+OTHER_FAULTS = {"drip": "waiting for {what}", "reset": "{url}", "truncate": "{url}", "garbage": "{url}"}
+
+
+@pytest.mark.parametrize("source", ["prometheus", "kubernetes"])
+def test_each_other_fault_is_named_on_the_page_and_the_numbers_come_back(
+    fleet: SimulatedFleet, prom: BackfilledPrometheus, kube: KubeApiServer, tmp_path: Path, source: str
+) -> None:
+    target = urlsplit(prom.url) if source == "prometheus" else urlsplit(kube.url)
+    with FaultProxy("127.0.0.1", port_of(target.geturl())) as proxy:
+        url = proxy.url() if source == "prometheus" else proxy.url("https")
+        what = f"Prometheus at {url}" if source == "prometheus" else f"the Kubernetes API at {url}"
+        urls = (url, kube.url) if source == "prometheus" else (prom.url, url)
+        with dashboard(tmp_path, urls[0], kube, urls[1]) as base, browser_page(1280, 900) as (page, errors):
+            w = fleet.window
+            for k, (fault, said) in enumerate(OTHER_FAULTS.items()):
+                proxy.mode = fault
+                if source == "kubernetes":  # the watches serve what they hold until it fails for 10 s
+                    time.sleep(11)
+                # A window of its own per fault: a view computed before is not read again.
+                end = w.end - (k + 1) * (w.end - w.start) / 8
+                page.goto(f"{base}/?window=custom&start={format_time(w.start)}&end={format_time(end)}")
+                expected = said.format(what=what, url=url) if source == "prometheus" else url
+                page.wait_for_function(HAS_TEXT, arg=expected, timeout=15_000)
+                if expected == url:
+                    assert url in page.inner_text(".gw-banner"), fault
+                screenshot(page, f"ui-faults-{source}-{fault}")
+                proxy.mode = "relay"
+                page.reload()
+                page.wait_for_function(
+                    "() => (document.getElementById('kpi-cost')?.innerText || '').startsWith('$')",
+                    timeout=60_000,
+                )
+            assert errors == []
