@@ -256,6 +256,7 @@ class PrometheusSource:
         self._lock = threading.Lock()
         self._warnings: list[str] = []
         self._hung_at: float | None = None  # when a read last ran out of time (monotonic)
+        self._ca_file = ca_file
         self.reads = InFlight("prometheus", self.url)
         session = requests.Session()
         session.verify = ca_file if ca_file else True
@@ -294,9 +295,8 @@ class PrometheusSource:
         token = self._client.auth
         if isinstance(token, _BearerTokenFile):
             token(SimpleNamespace(headers={}))  # reads the file as a request would
-        ca = self._client._session.verify
-        if isinstance(ca, str) and not Path(ca).is_file():
-            raise ConfigError(f"cannot read the Prometheus CA file {ca}: no such file")
+        if self._ca_file and not Path(self._ca_file).is_file():
+            raise ConfigError(f"cannot read the Prometheus CA file {self._ca_file}: no such file")
 
     def scoped(self, matchers: Sequence[promql.Matcher]) -> "PrometheusSource":
         """The same store (connection, limits and warnings shared) whose gpuwatch_* series are read under
