@@ -386,10 +386,9 @@ def unknown_hours_warnings(
     held: pd.DataFrame, *, who: Sequence[str], min_gpu_hours: float, limit: int = MAX_SILENT_GPU_WARNINGS
 ) -> list[str]:
     """The history path's coverage lines for allocated GPU-hours without telemetry, whose series say which
-    pod (or team) held them but not which GPU: rows of `held` (the `who` columns, unknown_gpu_hours) with
-    at least `min_gpu_hours` (one GPU for silent_gpu_min_seconds), most first, e.g. "gpu-h100-002 pod
-    ml/train-0: 0.50 GPU-hours allocated without telemetry"; past `limit` rows, one line says how many
-    more."""
+    pod or team held them but not which GPU: rows of `held` (the `who` columns, unknown_gpu_hours) with
+    at least `min_gpu_hours` (one GPU for silent_gpu_min_seconds), most first, e.g. "team ml: 0.50
+    GPU-hours allocated without telemetry"; past `limit` rows, one line says how many more."""
     long = held[held["unknown_gpu_hours"] >= min_gpu_hours - 1e-9].sort_values(
         "unknown_gpu_hours", ascending=False, kind="stable"
     )

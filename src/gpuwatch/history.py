@@ -431,19 +431,11 @@ def assemble(
             "(recording rules older than hour:gpuwatch_pod_gpu_used:p95_over_time?): no recommendation; "
             "load the current gpuwatch-recording.rules.yml"
         )
-    # Allocated GPU-hours without telemetry, named by the pod holding them (the series say which pod,
-    # not which GPU; the raw path names the GPU) or, when pods were not read, by team.
-    one_gpu_hours = (
-        silent_gpu_min_seconds(settings.idle.window_seconds, window.step_seconds) / SECONDS_PER_HOUR
-    )
-    if len(workloads):
-        held = workloads.assign(
-            who="pod " + workloads["namespace"].astype("str") + "/" + workloads["pod"].astype("str")
-        )
-        warnings += unknown_hours_warnings(held, who=("node", "who"), min_gpu_hours=one_gpu_hours)
-    else:
-        held = teams.assign(who="team " + teams["team"].astype("str"))
-        warnings += unknown_hours_warnings(held, who=("who",), min_gpu_hours=one_gpu_hours)
+    # Allocated GPU-hours without telemetry, named by the team holding them: the series say which pod, not
+    # which GPU (the raw path names the GPU), and coverage is the same whether the pods are read or not.
+    one_gpu = silent_gpu_min_seconds(settings.idle.window_seconds, window.step_seconds) / SECONDS_PER_HOUR
+    held = teams.assign(who="team " + teams["team"].astype("str"))
+    warnings += unknown_hours_warnings(held, who=("who",), min_gpu_hours=one_gpu)
     warnings.append(
         "history path: gpuwatch_* series keep neither the DCGM field each GPU's utilization came from nor "
         "unattributed GPU-hours (both shown as 0), and count GPU samples present per node and piece (a day), "
