@@ -71,7 +71,10 @@ def settle(page: Page, timeout_ms: int = 120_000) -> None:
 
 
 def table_rows(page: Page, name: str) -> list[dict[str, str]]:
-    """The rendered cells of the UI table `name` (its download name), one dict per row keyed by column."""
+    """The rendered cells of the UI table `name` (its download name), one dict per row keyed by column,
+    once the table is on the page (a page just navigated to draws its tables a moment after its URL)."""
+    page.wait_for_selector(f"#table-{name}", state="attached", timeout=60_000)
+    settle(page)
     rows: list[dict[str, str]] = page.eval_on_selector_all(
         f"#table-{name} tbody tr",
         "rows => rows.map(r => Object.fromEntries("
