@@ -11,9 +11,9 @@ import urllib3
 
 from gpuwatch.model import SourceWait
 
-# A response body is read in pieces of at most this many bytes, each read bounded by the time left.
 # Asked for by every request read with read_body (it decodes these; br or zstd it would not).
 ACCEPT_ENCODING: Final = "gzip, deflate"
+# A response body is read in pieces of at most this many bytes, each read bounded by the time left.
 BODY_PIECE_BYTES: Final = 1 << 16
 
 
