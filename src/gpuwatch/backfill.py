@@ -30,7 +30,7 @@ import pandas as pd
 
 from gpuwatch.config import Settings, is_cluster_name
 from gpuwatch.errors import ConfigError
-from gpuwatch.model import Window
+from gpuwatch.model import TextSink, Window
 from gpuwatch.series import Family, series_codes, write_openmetrics
 from gpuwatch.simulation import SimulationParams, history_families, history_service
 from gpuwatch.sources import promql
@@ -80,23 +80,79 @@ def write_simulated_backfill(
 ) -> int:
     """Write an OpenMetrics backfill of the simulated fleet; returns the number of samples written.
 
+    The history is made as write_tsdb makes it, a day of blocks at a time, and the file holds exactly the
+    samples write_tsdb writes: memory holds one day of the fleet whatever the window. Each family's text
+    waits in a scratch file of its own beside `path` until the last day is made (OpenMetrics wants each
+    family in one piece), so writing takes twice the file's size on disk for a moment.
+
     With gpuwatch_series, the gpuwatch_* history is appended as if `gpuwatch export` had run all along
     (what long-window reports, recording rules and dashboards read). With a cluster name, every series
-    carries cluster="<name>" (cluster_labels).
+    carries cluster="<name>" (cluster_labels). `progress(done, total)` counts 2 h blocks.
     """
-    cluster_labels(cluster)  # a bad name fails before the fleet is built and the file written
+    external = cluster_labels(cluster)  # a bad name fails before the fleet is built and the file written
     fleet = params.build()
-    with open(path, "w", encoding="utf-8") as out:
-        return write_fleet_backfill(
-            fleet,
-            out,
-            layout=layout,
-            metrics=metrics,
-            dcgm=dcgm,
-            gpuwatch_series=gpuwatch_series,
-            progress=progress,
-            cluster=cluster,
-        )
+    job = _Job(layout, metrics, dcgm, gpuwatch_series, None, Path(), Path(), external)
+    ranges = block_ranges(fleet.window)
+    target = Path(path)
+    samples = done = 0
+    with tempfile.TemporaryDirectory(prefix=".gpuwatch-backfill-", dir=target.parent) as scratch:
+        spool = FamilySpool(Path(scratch))
+        try:
+            for task in _day_tasks(ranges, fleet.window.step_seconds / 2):
+                samples += _spool_task(fleet, job, task, spool)
+                done += len(task)
+                if progress is not None:
+                    progress(done, len(ranges))
+            with target.open("w", encoding="utf-8") as out:
+                spool.join(out)
+                out.write("# EOF\n")
+        finally:
+            spool.close()
+    return samples
+
+
+class FamilySpool:
+    """OpenMetrics text written family after family, chunk after chunk, kept in a scratch file per family
+    and joined once the last chunk is in: a family's samples end up together (OpenMetrics wants each
+    family once) while only one chunk of a long history is ever in memory. Text goes to the family of
+    the last `# HELP`/`# TYPE` lines written (write_openmetrics and write_backfill write those before
+    their samples); those lines are kept once per family, in the order families first came."""
+
+    def __init__(self, scratch: Path) -> None:
+        self._scratch = scratch
+        self._files: dict[str, TextIO] = {}
+        self._headers: dict[str, list[str]] = {}
+        self._current: TextIO | None = None
+
+    def write(self, text: str) -> int:
+        if text.startswith("# EOF"):
+            return len(text)
+        if text.startswith("#"):
+            for line in text.splitlines(keepends=True):
+                name = line.split(" ", 3)[2]
+                if name not in self._files:
+                    self._files[name] = (self._scratch / f"{len(self._files)}.om").open(
+                        "w+", encoding="utf-8"
+                    )
+                    self._headers[name] = []
+                if len(self._headers[name]) < 2:
+                    self._headers[name].append(line)
+                self._current = self._files[name]
+            return len(text)
+        if self._current is None:
+            raise ValueError("samples written before their family's # HELP line")
+        return self._current.write(text)
+
+    def join(self, out: TextIO) -> None:
+        """Every family's header and samples into `out`, in the order the families first came."""
+        for name, spooled in self._files.items():
+            out.write("".join(self._headers[name]))
+            spooled.seek(0)
+            shutil.copyfileobj(spooled, out, 1 << 20)
+
+    def close(self) -> None:
+        for spooled in self._files.values():
+            spooled.close()
 
 
 def write_fleet_backfill(
@@ -367,19 +423,7 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int]:
     samples = 0
     half = fleet.window.step_seconds / 2
     if job.gpuwatch_series:
-        families = stamped(_task_families(fleet, ranges), job.external_labels)
-        # Roll-ups evaluated in the task's blocks [T0, T1) on the hour: of grid points in
-        # (T0 − 1 h, T1 − 1 h].
-        hour = timedelta(seconds=promql.ROLLUP_SECONDS)
-        first, end = ranges[0][0] + timedelta(seconds=half), ranges[-1][1] + timedelta(seconds=half)
-        rollups = rollup_families(
-            families,
-            offset_seconds=half,
-            after=first - hour,
-            until=end - hour,
-            external_labels=job.external_labels,
-        )
-        rollups += day_rollup_families(rollups, external_labels=job.external_labels)
+        families, rollups = _task_history(fleet, job, ranges)
         table = sample_table([(f, half) for f in families] + [(f, 0.0) for f in rollups])
         del families, rollups
         for a, _ in ranges:
@@ -389,16 +433,68 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int]:
         for a, b in ranges:
             path = job.scratch / f"block-{int(a.timestamp())}.om"
             with path.open("w", encoding="utf-8") as out:
-                samples += write_backfill(
-                    fleet,
-                    out,
-                    layout=job.layout,
-                    metrics=job.metrics,
-                    between=(a, b),
-                    external_labels=job.external_labels,
-                )
+                samples += _dcgm_block(fleet, job, out, (a, b))
             _import(job, path)
     return samples, len(ranges)
+
+
+def _spool_task(
+    fleet: SimulatedFleet, job: _Job, ranges: list[tuple[datetime, datetime]], spool: FamilySpool
+) -> int:
+    """The task's blocks as OpenMetrics text into the spool: the samples _write_task writes as blocks."""
+    samples = 0
+    if job.dcgm:
+        for block in ranges:
+            samples += _dcgm_block(fleet, job, spool, block)
+    if job.gpuwatch_series:
+        half = fleet.window.step_seconds / 2
+        start_ms = round((ranges[0][0].timestamp() + half) * 1000)  # as _write_task's first block
+        end_ms = start_ms + len(ranges) * round(BLOCK.total_seconds() * 1000)
+        families, rollups = _task_history(fleet, job, ranges)
+        for timed, offset in ((families, half), (rollups, 0.0)):
+            inside = [_between(f, offset, start_ms, end_ms) for f in timed]
+            samples += write_openmetrics(inside, spool, offset_seconds=offset, end_of_file=False)
+    return samples
+
+
+def _between(family: Family, offset_seconds: float, start_ms: int, end_ms: int) -> Family:
+    """The family's samples written (at their timestamp + offset) in [start_ms, end_ms)."""
+    ms = family.samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy() + round(
+        offset_seconds * 1000
+    )
+    return replace(family, samples=family.samples[(ms >= start_ms) & (ms < end_ms)])
+
+
+def _task_history(
+    fleet: SimulatedFleet, job: _Job, ranges: list[tuple[datetime, datetime]]
+) -> tuple[list[Family], list[Family]]:
+    """The gpuwatch_* families of the task's blocks (and the hour before) and their hourly roll-ups
+    evaluated in the blocks [T0, T1) on the hour, of grid points in (T0 − 1 h, T1 − 1 h], with the daily
+    roll-ups of the task's day."""
+    half = fleet.window.step_seconds / 2
+    families = stamped(_task_families(fleet, ranges), job.external_labels)
+    hour = timedelta(seconds=promql.ROLLUP_SECONDS)
+    first, end = ranges[0][0] + timedelta(seconds=half), ranges[-1][1] + timedelta(seconds=half)
+    rollups = rollup_families(
+        families,
+        offset_seconds=half,
+        after=first - hour,
+        until=end - hour,
+        external_labels=job.external_labels,
+    )
+    rollups += day_rollup_families(rollups, external_labels=job.external_labels)
+    return families, rollups
+
+
+def _dcgm_block(fleet: SimulatedFleet, job: _Job, out: TextSink, block: tuple[datetime, datetime]) -> int:
+    return write_backfill(
+        fleet,
+        out,
+        layout=job.layout,
+        metrics=job.metrics,
+        between=block,
+        external_labels=job.external_labels,
+    )
 
 
 def _task_families(fleet: SimulatedFleet, ranges: list[tuple[datetime, datetime]]) -> list[Family]:

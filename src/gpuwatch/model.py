@@ -5,7 +5,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -829,3 +829,9 @@ class KueueState:
     warnings: tuple[str, ...] = ()
     skipped: int = 0
     list_restarts: int = 0
+
+
+class TextSink(Protocol):
+    """Where text is written: an open text file, or anything else with its write()."""
+
+    def write(self, text: str, /) -> int: ...

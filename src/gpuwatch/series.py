@@ -3,14 +3,14 @@
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch import __version__
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES
+from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, TextSink
 
 if TYPE_CHECKING:  # the service layer imports this module; only the type flows back
     from gpuwatch.analysis import Analysis
@@ -533,7 +533,7 @@ def _tidy(family: Family) -> Family:
 
 
 def write_openmetrics(
-    families: Sequence[Family], out: TextIO, *, offset_seconds: float = 0.0, end_of_file: bool = True
+    families: Sequence[Family], out: TextSink, *, offset_seconds: float = 0.0, end_of_file: bool = True
 ) -> int:
     """Append families with a `timestamp` column as OpenMetrics (each series in time order), then `# EOF`
     unless end_of_file is False (more families follow, e.g. the next chunk of a long backfill).

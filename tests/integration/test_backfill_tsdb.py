@@ -86,3 +86,34 @@ def test_cli_refuses_to_write_nothing(tmp_path: Path) -> None:
         "gpuwatch: error: --no-dcgm with --no-gpuwatch-series leaves nothing to write"
     ]
     assert not (tmp_path / "t").exists()
+
+
+def test_cli_output_holds_exactly_the_blocks(tmp_path: Path) -> None:
+    """`--output` makes the history a day at a time, as `--tsdb` does (so its memory holds a day of the
+    fleet, whatever the window): over a window across two UTC midnights, promtool reads from the file
+    exactly the samples `--tsdb` writes, each family under one header."""
+    world = ("--days", "1.25", "--step", "300s", "--gpus", "16", "--end", "2026-11-20T03:00:00+00:00")
+    util = ("--metrics", *UTIL)
+    one_file = tmp_path / "fleet.om"
+    done = _gpuwatch("simulate", "backfill", *world, *util, "--output", str(one_file))
+    assert done.returncode == 0, done.stderr
+    text = one_file.read_text(encoding="utf-8")
+    assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+    helps = re.findall(r"^# HELP (\S+)", text, flags=re.MULTILINE)
+    assert len(helps) == len(set(helps))
+    assert {
+        "DCGM_FI_DEV_GPU_UTIL",
+        "gpuwatch_pod_gpu_allocation",
+        "day:gpuwatch_pod_gpu_allocation:sum_over_time",
+    } <= set(helps)
+    assert not list(tmp_path.glob(".gpuwatch-backfill-*"))  # the scratch files are gone
+    create_blocks(one_file, tmp_path / "one")
+    done = _gpuwatch("simulate", "backfill", *world, *util, "--tsdb", str(tmp_path / "blocks"))
+    assert done.returncode == 0, done.stderr
+    expected = _dump(tmp_path / "blocks")
+    written = int(re.search(r"wrote (\d+) samples", done.stderr).group(1))  # type: ignore[union-attr]
+    assert len(expected) == written
+    assert _dump(tmp_path / "one") == expected
+    # Both days' daily roll-ups (evaluated 23:30 on the 18th and the 19th) are there.
+    days = {line.rsplit(" ", 1)[1] for line in expected if "day:gpuwatch_pod_gpu_allocation" in line}
+    assert len(days) == 2

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Self, TextIO
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch.errors import DataError
-from gpuwatch.model import normalize_product
+from gpuwatch.model import TextSink, normalize_product
 from gpuwatch.sources.simulated.fleet import (
     DRIVER_VERSION,
     EXPORTER_NAMESPACE,
@@ -528,7 +528,7 @@ def _render(grid: _Grid, fleet: SimulatedFleet, *, at: datetime, node: str | Non
 
 def write_backfill(
     fleet: SimulatedFleet,
-    out: TextIO,
+    out: TextSink,
     *,
     layout: str = "servicemonitor",
     metrics: Sequence[str] | None = None,
