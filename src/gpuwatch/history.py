@@ -32,6 +32,7 @@ from gpuwatch.sources.historystore import CLUSTER, HistoryStore, PrometheusHisto
 from gpuwatch.sources.prometheus import (
     HISTORY_PIECE_SECONDS,
     POD_IDLE_SPLIT,
+    POD_NEEDS,
     PODS_SEEN,
     HistorySums,
     PrometheusSource,
@@ -395,13 +396,10 @@ def assemble(
     names = pools["pool"].astype("str")
     end = window.end
     pools["usd_per_gpu_hour"] = [prices.get(p, settings.pricing.usd_per_gpu_hour(p, end)) for p in names]
-    recommendations, stale = _recommendations(
-        workloads, sums, settings=settings, window=window, published=prices
+    workloads, packing, stale = _rightsized(
+        workloads, sums, settings=settings, window=window, published=prices, held_at_end=held_at_end
     )
-    if len(workloads):  # without pod rows (not read) right-sizing is not known: none, never 0 saved
-        keys = list(WORKLOAD_KEYS)
-        workloads = workloads.merge(recommendations[[*keys, *RECOMMENDATION_COLUMNS]], on=keys, how="left")
-    rightsized = {} if held_at_end is None else {"packing": _packing(recommendations, held_at_end)}
+    rightsized = {} if packing is None else {"packing": packing}
     if CLUSTER in sums.pieces:  # a fleet of several clusters: one row each, as the raw path's
         rightsized["cluster"] = _clusters(sums, hours, price_of)
     for state in LEDGER_STATES:  # <state>_usd: each piece's GE-hours at its price, summed
@@ -668,6 +666,45 @@ def workload_table(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     return _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
 
 
+# The per-pod families rightsizing_table() reads: the GE-hours its rows show (allocated, busy, unknown,
+# idle: the report ranks workloads by waste, and the Right-size page keeps that order among equal
+# savings), each pod's GE at its last sample (gpus, node and pool) and its need (p95 busy GE, peak
+# memory). Not the idle GE at the last sample, the idle-since, the idle split nor the power (5 of the 12;
+# the power one names every pod): right-sizing neither needs nor shows them.
+RIGHTSIZE_FAMILIES = (
+    "pod_allocated",
+    "pod_used",
+    "pod_unknown",
+    "pod_idle",
+    "pod_last_allocated",
+    *POD_NEEDS,
+)
+
+
+def rightsizing_table(
+    sums: HistorySums,
+    *,
+    settings: Settings,
+    window: Window,
+    held_at_end: Collection[tuple[str, str]] | None,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """assemble()'s workload table with its right-sizing, and its packing estimate (None without
+    `held_at_end`), from RIGHTSIZE_FAMILIES alone: the other pod families may be left empty, and the
+    columns made of them (idle_since, the idle split, energy) are then not known. Every other column is
+    assemble()'s exactly: the same rows in the same order, the same recommendations and packing."""
+    hours = SampleHours(sums.pieces)
+    workloads = _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
+    table, packing, _ = _rightsized(
+        workloads,
+        sums,
+        settings=settings,
+        window=window,
+        published=_published_prices(sums),
+        held_at_end=held_at_end,
+    )
+    return table, packing
+
+
 def _last_seen(sums: HistorySums) -> pd.DataFrame:
     """piece and POD_KEYS of each pod label set's last piece, its GE there (gpus) and idle_since (set only
     when every GE it held then was idle, as idle_since() in the raw path)."""
@@ -830,6 +867,27 @@ def _recommendations(
         window_hours=window.duration_seconds / SECONDS_PER_HOUR,
     )
     return recommended, len(stale)
+
+
+def _rightsized(
+    workloads: pd.DataFrame,
+    sums: HistorySums,
+    *,
+    settings: Settings,
+    window: Window,
+    published: Mapping[str, float],
+    held_at_end: Collection[tuple[str, str]] | None,
+) -> tuple[pd.DataFrame, pd.DataFrame | None, int]:
+    """The workload table with each row's recommendation (_recommendations), the packing estimate of
+    those held at the window's end (None when not known which), and how many lack a p95."""
+    recommendations, stale = _recommendations(
+        workloads, sums, settings=settings, window=window, published=published
+    )
+    if len(workloads):  # without pod rows (not read) right-sizing is not known: none, never 0 saved
+        keys = list(WORKLOAD_KEYS)
+        workloads = workloads.merge(recommendations[[*keys, *RECOMMENDATION_COLUMNS]], on=keys, how="left")
+    packing = None if held_at_end is None else _packing(recommendations, held_at_end)
+    return workloads, packing, stale
 
 
 def _packing(recommendations: pd.DataFrame, held_at_end: Collection[tuple[str, str]]) -> pd.DataFrame:

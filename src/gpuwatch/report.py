@@ -5,6 +5,7 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -67,6 +68,39 @@ def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
     out |= {f"recommendation_{k}": rec.get(k) for k in ("kind", "target", "reason")}
     out["monthly_savings_usd"] = rec.get("monthly_savings_usd")
     return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rightsizing:
+    """A window's right-sizing, as its report has it: what the Right-size page draws and downloads."""
+
+    # Every workload row as RIGHTSIZE_COLUMNS: those with a change first, the biggest monthly savings
+    # first, else in the report's order (most wasteful first)
+    workloads: list[dict[str, Any]]
+    summary: dict[str, Any]  # the report's "rightsizing": monthly_savings_usd, gpus_freed, pools
+
+
+def rightsizing_of(report: Report) -> Rightsizing:
+    """The report's right-sizing: its workload rows and its "rightsizing" section."""
+    return _rightsizing_rows(report["workloads"], report["rightsizing"])
+
+
+def rightsizing_from_tables(workloads: pd.DataFrame, packing: pd.DataFrame | None) -> Rightsizing:
+    """The right-sizing report_from_tables() would give a workload table with recommendation columns and
+    its packing estimate (None: not known which workloads held GPUs at the window's end)."""
+    tables = {"workload": workloads, **({} if packing is None else {"packing": packing})}
+    shown = workloads[[c for c in RIGHTSIZE_COLUMNS if c in workloads]]  # (~50,000 rows: no more columns)
+    return _rightsizing_rows(workload_rows(shown), _rightsizing(tables))
+
+
+def _rightsizing_rows(rows: Sequence[Mapping[str, Any]], summary: dict[str, Any]) -> Rightsizing:
+    flat = [_flat(r) for r in rows]
+    # A stable sort: rows saving the same (every keep and unknown) stay in the report's order.
+    ordered = sorted(
+        flat,
+        key=lambda r: (r["recommendation_kind"] not in RIGHTSIZE_CHANGES, -(r["monthly_savings_usd"] or 0.0)),
+    )
+    return Rightsizing(workloads=[{k: r[k] for k in RIGHTSIZE_COLUMNS} for r in ordered], summary=summary)
 
 
 def recommendations(frame: pd.DataFrame) -> list[dict[str, Any] | None]:
@@ -242,6 +276,23 @@ _WORKLOAD_NUMBERS = (
     "unknown_gpu_hours",
     "waste_usd",
     *ENERGY,
+)
+# The recommendation kinds that change something (the others: keep, and unknown).
+RIGHTSIZE_CHANGES = ("gpus", "mig", "time_slice", "product")
+# A row of right-sizing: a workload row's identity and GPU-hours with its recommendation as columns (no
+# idle-since, idle split or energy: the recorded path reads right-sizing without those pod families).
+RIGHTSIZE_COLUMNS = (
+    *_WORKLOAD_TEXT,
+    "gpus",
+    "allocated_gpu_hours",
+    "used_gpu_hours",
+    "idle_gpu_hours",
+    "unknown_gpu_hours",
+    "waste_usd",
+    "recommendation_kind",
+    "recommendation_target",
+    "monthly_savings_usd",
+    "recommendation_reason",
 )
 _COLUMNS = {
     "team": ["team", *_USAGE, *IDLE_SPLIT, *ENERGY, "budget_usd", "forecast_month_usd"],

@@ -12,7 +12,7 @@ import pandas as pd
 
 from gpuwatch.model import LEDGER_STATES, Window
 from gpuwatch.queues import QueueTables
-from gpuwatch.report import IDLE_SPLIT, Report, queue_sections
+from gpuwatch.report import IDLE_SPLIT, Report, Rightsizing, queue_sections, rightsizing_of
 
 MAX_POINTS: Final = 480  # points per time series sent to the browser; samples are averaged into buckets
 STATE_COLUMNS: Final = [f"{s}_ge" for s in LEDGER_STATES]
@@ -78,7 +78,7 @@ class FleetView(ABC):
     recorded path over the whole fleet the headline needs no per-pod series, the summary has Prometheus
     sum the pods' GE per namespace and pool and count the pods, and only the report reads every pod's
     sums: pages draw the few workloads they show with top_workloads(), top_idle_workloads(), idle_now()
-    and idle_waste()."""
+    and idle_waste(), and right-sizing's rows from its own families with rightsizing()."""
 
     def __init__(self, *, scope: Scope, headline: Report, computed_at: datetime, read_path: ReadPath) -> None:
         self.scope = scope
@@ -208,6 +208,12 @@ class FleetView(ABC):
         right-sizing's: their recommendation is None there."""
         rows: list[dict[str, Any]] = self.report["workloads"][:n]
         return rows
+
+    def rightsizing(self) -> Rightsizing:
+        """The report's right-sizing: every workload row with its recommendation, the changes and the
+        biggest savings first, and the savings and packing summary (on the recorded path over the whole
+        fleet, from right-sizing's pod families alone: history.RIGHTSIZE_FAMILIES)."""
+        return self._cached("rightsizing", lambda: rightsizing_of(self.report))
 
     def pool_rows(self) -> list[dict[str, Any]]:
         """The report's pool rows (on the recorded path over the whole fleet, of the pods' series only

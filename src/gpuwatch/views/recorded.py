@@ -17,6 +17,7 @@ from gpuwatch.analysis import Analysis
 from gpuwatch.config import Settings
 from gpuwatch.history import (
     IDLE_FAMILIES,
+    RIGHTSIZE_FAMILIES,
     WORKLOAD_KEYS,
     History,
     SampleHours,
@@ -24,13 +25,22 @@ from gpuwatch.history import (
     gap_warnings,
     idle_workloads,
     node_telemetry_hours,
+    rightsizing_table,
     scope_sums,
     team_pool_hours,
     workload_table,
 )
 from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, cluster_of
 from gpuwatch.queues import QueueSetup, QueueTables, idle_now, no_queues
-from gpuwatch.report import IDLE_SPLIT, Report, build_history_report, history_queues, workload_rows
+from gpuwatch.report import (
+    IDLE_SPLIT,
+    Report,
+    Rightsizing,
+    build_history_report,
+    history_queues,
+    rightsizing_from_tables,
+    workload_rows,
+)
 from gpuwatch.sources.historystore import HistoryStore, PodReads
 from gpuwatch.sources.prometheus import (
     POD_FAMILIES,
@@ -82,7 +92,8 @@ class RecordedView(FleetView):
 
     Over the whole fleet the headline comes from the team, pool and node series alone, the summary adds
     what Prometheus counts and sums of the pods, and the per-pod families are read when a page asks for
-    pod rows (`report`; only the idle pods' for idle_workloads()). A scoped view narrows the pods'
+    pod rows (`report`; only the idle pods' for idle_workloads(), right-sizing's for rightsizing()). A
+    scoped view narrows the pods'
     families (only its teams' are read) and is whole from the start."""
 
     def __init__(self, recorded: Recorded, *, scope: Scope | None = None) -> None:
@@ -228,6 +239,22 @@ class RecordedView(FleetView):
             return workload_rows(table)[:n]
 
         return self._cached(f"top_workloads:{n}", compute)
+
+    def rightsizing(self) -> Rightsizing:
+        if self._from_whole():
+            return super().rightsizing()
+
+        def compute() -> Rightsizing:
+            # Right-sizing's pod families alone: every pod's power (a month's ~50,000) and the idle
+            # pods' idle-since, last idle GE and split are neither drawn nor downloaded here, so not read.
+            r = self.recorded
+            sums = replace(r.sums, **r.pods.of_teams().read(*RIGHTSIZE_FAMILIES))
+            table, packing = rightsizing_table(
+                sums, settings=r.settings, window=r.window, held_at_end=self.history.held_at_end
+            )
+            return rightsizing_from_tables(table, packing)
+
+        return self._cached("rightsizing", compute)
 
     def idle_now(self) -> list[dict[str, Any]]:
         if self._from_whole("idle_workloads"):

@@ -6,7 +6,7 @@ import dash
 import pandas as pd
 from dash import Input, Output, callback, html
 
-from gpuwatch.report import group_rows
+from gpuwatch.report import RIGHTSIZE_CHANGES, RIGHTSIZE_COLUMNS
 from gpuwatch.ui import ids
 from gpuwatch.ui.components import (
     POLL_PAUSED,
@@ -23,7 +23,7 @@ from gpuwatch.ui.components import (
     table,
     usd,
 )
-from gpuwatch.ui.data import Loaded, View
+from gpuwatch.ui.data import Loaded
 from gpuwatch.ui.downloads import Export, exporter
 from gpuwatch.ui.filters import Filters, to_query
 from gpuwatch.ui.rows import team_link
@@ -31,7 +31,6 @@ from gpuwatch.ui.rows import team_link
 dash.register_page(__name__, path="/rightsize", name="Right-size", title="gpuwatch · Right-size", order=5)
 
 TOP_ROWS = 25
-CHANGES = ("gpus", "mig", "time_slice", "product")  # the kinds that change something
 COLUMNS = [
     Column("namespace", "namespace"),
     Column("pod", "workload"),
@@ -66,18 +65,11 @@ def layout(**_query: str) -> html.Div:
 RECOMMENDATIONS_TITLE = "Recommendations, biggest savings first"
 
 
-def _workloads(view: View) -> list[dict[str, Any]]:
-    """The report's workload rows with a recommendation as columns, the biggest savings first."""
-    rows = group_rows(view.report, "workload")
-    return sorted(
-        rows, key=lambda r: (r["recommendation_kind"] not in CHANGES, -(r["monthly_savings_usd"] or 0.0))
-    )
-
-
 @exporter("rightsize")
 def _export(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
-    return Export(frame=pd.DataFrame(_workloads(loaded.view)))
+    rows = loaded.view.rightsizing().workloads
+    return Export(frame=pd.DataFrame(rows, columns=list(RIGHTSIZE_COLUMNS)))
 
 
 def render(search: str | None) -> tuple[Any, ...]:
@@ -86,9 +78,9 @@ def render(search: str | None) -> tuple[Any, ...]:
     head = (loaded_banner(loaded), as_of(loaded, filters))
     if view is None:
         return (*head, pending_note(loaded), pending_card(RECOMMENDATIONS_TITLE, loaded))
-    summary = view.report["rightsizing"]
-    rows = _workloads(view)
-    changes = [r for r in rows if r["recommendation_kind"] in CHANGES]
+    rightsizing = view.rightsizing()
+    summary, rows = rightsizing.summary, rightsizing.workloads
+    changes = [r for r in rows if r["recommendation_kind"] in RIGHTSIZE_CHANGES]
     unknown = sum(r["recommendation_kind"] == "unknown" for r in rows)
     kpis = [
         kpi("saved per month", usd(summary["monthly_savings_usd"]), "rightsize-savings", tone="gw-ok"),
