@@ -99,7 +99,7 @@ def write_simulated_backfill(
         spool = FamilySpool(Path(scratch))
         try:
             for task in _day_tasks(ranges, fleet.window.step_seconds / 2):
-                samples += _spool_task(fleet, job, task, spool)
+                samples += _spool_task(fleet, job, task, spool, last=task[-1] == ranges[-1])
                 done += len(task)
                 if progress is not None:
                     progress(done, len(ranges))
@@ -244,6 +244,7 @@ def rollup_families(
     by_name = {f.name: f for f in families}
     out: list[Family] = []
     hours: set[int] = set()
+    held: pd.DataFrame | None = None  # the pods' allocation roll-up, with the hour before `after`'s
     for metric, function in promql.ROLLUPS:
         family = by_name.get(metric)
         if family is None or family.samples.empty:
@@ -253,7 +254,9 @@ def rollup_families(
         labels = [label for label in kept if label in samples.columns]
         ms = samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy() + round(offset_seconds * 1000)
         grid = -(-ms // grid_ms) * grid_ms
-        keep = (grid > low) & (grid <= high)
+        # The namespaces' new pods at the first hour compare with the hour before: its allocation rolled too.
+        held_rollup = (metric, function) == (promql.POD_SUM_METRICS[0], "sum_over_time")
+        keep = (grid > low - (hour_ms if held_rollup else 0)) & (grid <= high)
         if not keep.any():
             continue
         # One integer per series: groupby on ints, not labels.
@@ -277,21 +280,79 @@ def rollup_families(
         rolled = reduced[function]().reset_index()
         if (metric, function) in promql.NONZERO_ROLLUPS:
             rolled = rolled[rolled["value"] > 0].reset_index(drop=True)
-        hours.update(rolled["hour"].unique().tolist())
         names = samples[labels].iloc[first_rows].reset_index(drop=True)
         labelled = names.iloc[rolled.pop("series").to_numpy()].reset_index(drop=True)
         rolled = pd.concat([labelled, rolled], axis=1)
+        if held_rollup:
+            held = rolled
+            rolled = rolled[rolled["hour"] > low].reset_index(drop=True)
+        hours.update(rolled["hour"].unique().tolist())
         rolled["timestamp"] = pd.to_datetime(rolled.pop("hour"), unit="ms", utc=True)
         name = promql.rollup_name(metric, function)
         out.append(Family(name, f"Hourly {function} of {metric}.", tuple(labels), rolled))
+    out += _namespace_rollups(out, held, after_ms=low)
     if hours:
         marks = np.arange(min(hours), max(hours) + hour_ms, hour_ms)
         marker = pd.DataFrame(
             {"timestamp": pd.to_datetime(marks, unit="ms", utc=True), "value": marks / 1000}
         )
         out += stamped(
-            [Family(promql.ROLLUP_MARKER, "When the hourly roll-ups were evaluated.", (), marker)],
+            [
+                Family(promql.ROLLUP_MARKER, "When the hourly roll-ups were evaluated.", (), marker),
+                Family(
+                    promql.NAMESPACE_ROLLUP_MARKER, "When the namespace roll-ups were evaluated.", (), marker
+                ),
+            ],
             external_labels,
+        )
+    return out
+
+
+def _namespace_rollups(
+    hourly: Sequence[Family], held: pd.DataFrame | None, *, after_ms: float
+) -> list[Family]:
+    """The namespace roll-ups the hourly rules make of the pods' (promql.namespace_rollup_rules): each pod
+    sum per namespace, team and pool, and per namespace and team the pods with an allocation roll-up in
+    the hour and those without one the hour before. `held`: the allocation roll-up with a `hour` column
+    (ms), holding the hour at `after_ms` as well, which is not written."""
+    out: list[Family] = []
+    by_name = {f.name: f for f in hourly}
+    for pod, namespace in promql.NAMESPACE_ROLLUPS.items():
+        family = by_name.get(promql.rollup_name(pod, "sum_over_time"))
+        if family is None:
+            continue
+        labels = [k for k in (*promql.NAMESPACE_LABELS, *promql.RULE_KEEP_LABELS) if k in family.labels]
+        summed = family.samples.groupby([*labels, "timestamp"], as_index=False, sort=True).agg(
+            value=("value", "sum")
+        )
+        name = promql.rollup_name(namespace, "sum_over_time")
+        out.append(Family(name, f"Hourly sum of {pod} per namespace.", tuple(labels), summed))
+    if held is None or held.empty:
+        return out
+    cluster = [k for k in promql.RULE_KEEP_LABELS if k in held.columns]
+    pods = held[["namespace", "pod", "team", *cluster, "hour"]].drop_duplicates()
+    before = pods[["namespace", "pod", *cluster, "hour"]].drop_duplicates()
+    before = before.assign(hour=before["hour"] + promql.ROLLUP_SECONDS * 1000, held_before=True)
+    pods = pods.merge(before, on=["namespace", "pod", *cluster, "hour"], how="left")
+    pods = pods[pods["hour"] > after_ms]
+    keys: list[str] = ["namespace", "team", *cluster]
+    for counted_name, rows in (
+        (promql.NAMESPACE_PODS, pods),
+        (promql.NAMESPACE_NEW_PODS, pods[pods["held_before"].isna()]),
+    ):
+        counted = (
+            rows.groupby([*keys, "hour"], as_index=False, sort=True).size().rename(columns={"size": "value"})
+        )
+        counted = counted.astype({"value": "float64"})
+        counted["timestamp"] = pd.to_datetime(counted.pop("hour"), unit="ms", utc=True)
+        what = "with an allocation roll-up" if counted_name == promql.NAMESPACE_PODS else "new to the hour"
+        out.append(
+            Family(
+                promql.rollup_name(counted_name, "count"),
+                f"Hourly count of pods {what}.",
+                tuple(keys),
+                counted,
+            )
         )
     return out
 
@@ -320,9 +381,10 @@ def day_rollup_families(
     latest_ms = int(max(written).value // 1_000_000)
     for family in hourly:
         parts = family.name.split(":")
-        if family.name == promql.ROLLUP_MARKER or family.samples.empty:
-            continue
         metric, function = parts[1], parts[2]
+        markers = (promql.ROLLUP_MARKER, promql.NAMESPACE_ROLLUP_MARKER)
+        if family.name in markers or family.samples.empty or (metric, function) in promql.HOUR_ONLY_ROLLUPS:
+            continue
         samples = family.samples.sort_values("timestamp", kind="stable")
         ms = samples["timestamp"].dt.as_unit("ms").astype("int64").to_numpy()
         evaluated = -(-(ms + lag_ms - phase_ms) // day_ms) * day_ms + phase_ms
@@ -345,7 +407,15 @@ def day_rollup_families(
             {"timestamp": pd.to_datetime(marks, unit="ms", utc=True), "value": marks / 1000}
         )
         out += stamped(
-            [Family(promql.DAY_ROLLUP_MARKER, "When the daily roll-ups were evaluated.", (), marker)],
+            [
+                Family(promql.DAY_ROLLUP_MARKER, "When the daily roll-ups were evaluated.", (), marker),
+                Family(
+                    promql.DAY_NAMESPACE_ROLLUP_MARKER,
+                    "When the daily namespace roll-ups were evaluated.",
+                    (),
+                    marker,
+                ),
+            ],
             external_labels,
         )
     return out
@@ -417,16 +487,19 @@ def _day_tasks(ranges: list[tuple[datetime, datetime]], half: float) -> list[lis
 
 
 def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int]:
-    """Analyse the task's blocks at once, then write them one by one."""
+    """Analyse the task's blocks at once, then write them one by one (the last task, the roll-ups
+    evaluated after its last block, at the window's end, as one more)."""
     fleet, job = _FLEET, _JOB
     assert fleet is not None and job is not None, "write_tsdb sets the fleet before forking"
     samples = 0
     half = fleet.window.step_seconds / 2
     if job.gpuwatch_series:
-        families, rollups = _task_history(fleet, job, ranges)
+        last = ranges[-1] == block_ranges(fleet.window)[-1]
+        families, rollups = _task_history(fleet, job, ranges, last=last)
         table = sample_table([(f, half) for f in families] + [(f, 0.0) for f in rollups])
         del families, rollups
-        for a, _ in ranges:
+        blocks = [a for a, _ in ranges] + ([ranges[-1][1]] if last else [])
+        for a in blocks:
             block_ms = round((a.timestamp() + half) * 1000)  # samples of intervals from a on, at t + half
             samples += write_block(job.tsdb, table, block_ms, block_ms + round(BLOCK.total_seconds() * 1000))
     if job.dcgm:
@@ -439,9 +512,15 @@ def _write_task(ranges: list[tuple[datetime, datetime]]) -> tuple[int, int]:
 
 
 def _spool_task(
-    fleet: SimulatedFleet, job: _Job, ranges: list[tuple[datetime, datetime]], spool: FamilySpool
+    fleet: SimulatedFleet,
+    job: _Job,
+    ranges: list[tuple[datetime, datetime]],
+    spool: FamilySpool,
+    *,
+    last: bool,
 ) -> int:
-    """The task's blocks as OpenMetrics text into the spool: the samples _write_task writes as blocks."""
+    """The task's blocks as OpenMetrics text into the spool: the samples _write_task writes as blocks (the
+    last task's, with the roll-ups evaluated at the window's end)."""
     samples = 0
     if job.dcgm:
         for block in ranges:
@@ -449,8 +528,8 @@ def _spool_task(
     if job.gpuwatch_series:
         half = fleet.window.step_seconds / 2
         start_ms = round((ranges[0][0].timestamp() + half) * 1000)  # as _write_task's first block
-        end_ms = start_ms + len(ranges) * round(BLOCK.total_seconds() * 1000)
-        families, rollups = _task_history(fleet, job, ranges)
+        end_ms = start_ms + (len(ranges) + last) * round(BLOCK.total_seconds() * 1000)
+        families, rollups = _task_history(fleet, job, ranges, last=last)
         for timed, offset in ((families, half), (rollups, 0.0)):
             inside = [_between(f, offset, start_ms, end_ms) for f in timed]
             samples += write_openmetrics(inside, spool, offset_seconds=offset, end_of_file=False)
@@ -466,11 +545,12 @@ def _between(family: Family, offset_seconds: float, start_ms: int, end_ms: int) 
 
 
 def _task_history(
-    fleet: SimulatedFleet, job: _Job, ranges: list[tuple[datetime, datetime]]
+    fleet: SimulatedFleet, job: _Job, ranges: list[tuple[datetime, datetime]], *, last: bool
 ) -> tuple[list[Family], list[Family]]:
-    """The gpuwatch_* families of the task's blocks (and the hour before) and their hourly roll-ups
-    evaluated in the blocks [T0, T1) on the hour, of grid points in (T0 − 1 h, T1 − 1 h], with the daily
-    roll-ups of the task's day."""
+    """The gpuwatch_* families of the task's blocks (and the hours before) and their hourly roll-ups
+    evaluated in the blocks [T0, T1) on the hour, of grid points in (T0 − 1 h, T1 − 1 h] (the last task's,
+    every grid point from T0 − 1 h on: the hour ending with the window too), with the daily roll-ups of
+    the task's day."""
     half = fleet.window.step_seconds / 2
     families = stamped(_task_families(fleet, ranges), job.external_labels)
     hour = timedelta(seconds=promql.ROLLUP_SECONDS)
@@ -479,7 +559,7 @@ def _task_history(
         families,
         offset_seconds=half,
         after=first - hour,
-        until=end - hour,
+        until=None if last else end - hour,
         external_labels=job.external_labels,
     )
     rollups += day_rollup_families(rollups, external_labels=job.external_labels)
@@ -499,7 +579,8 @@ def _dcgm_block(fleet: SimulatedFleet, job: _Job, out: TextSink, block: tuple[da
 
 def _task_families(fleet: SimulatedFleet, ranges: list[tuple[datetime, datetime]]) -> list[Family]:
     """gpuwatch_* samples whose interval starts in the task's blocks (the fleet's samples there), and in the
-    hour before: the roll-up evaluated at the first block's start reads them."""
+    two hours before: the roll-up evaluated at the first block's start reads the hour before it, and the
+    namespaces' new pods then compare with the hour before that."""
     window = fleet.window
     step = timedelta(seconds=window.step_seconds)
 
@@ -507,7 +588,7 @@ def _task_families(fleet: SimulatedFleet, ranges: list[tuple[datetime, datetime]
         return window.start + max(0, math.ceil((t - window.start) / step)) * step
 
     hour = timedelta(seconds=promql.ROLLUP_SECONDS)
-    start, end = on_grid(ranges[0][0] - hour - step), min(window.end, on_grid(ranges[-1][1]))
+    start, end = on_grid(ranges[0][0] - 2 * hour - step), min(window.end, on_grid(ranges[-1][1]))
     if start >= end:
         return []
     return history_families(history_service(fleet), replace(window, start=start, end=end))

@@ -154,16 +154,17 @@ def _held_at_end(store: HistoryStore, pieces: pd.DataFrame) -> set[tuple[str, st
 def _namespace_sums(
     store: HistoryStore, window: Window, *, piece_seconds: int, cuts: Sequence[datetime], detail: str
 ) -> HistorySums:
-    """read_sums() with the per-pod families left out but the idle pods' (pod_idle and its split), and
-    the namespace sums and pods seen (PodFamilies.totals), read side by side: all of them at NAMESPACE,
-    at TEAM only the busy GE (the pools' used GPU-hours) and the pods."""
+    """read_sums() with the per-pod families left out, and the namespace sums and pods seen
+    (PodFamilies.totals: from the namespace roll-ups where the rules record them), read side by side:
+    all of them at NAMESPACE, at TEAM the busy GE (the pools' used GPU-hours), the idle split and the
+    pods."""
     pieces = read_pieces(store, window, piece_seconds=piece_seconds, cuts=cuts)
     pods = store.pod_reader(pieces).of_teams()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        split = pool.submit(pods.read, *POD_IDLE_SPLIT)
-        totals = pool.submit(pods.totals, *(("used", PODS_SEEN) if detail == TEAM else ()))
+    wanted = ("used", "idle_held", "idle_abandoned", PODS_SEEN) if detail == TEAM else ()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        totals = pool.submit(pods.totals, *wanted)
         sums = read_sums(store, window, piece_seconds=piece_seconds, pieces=pieces, pods=False)
-    return replace(sums, **totals.result(), **split.result(), pod_idle=pods.read("pod_idle")["pod_idle"])
+    return replace(sums, **totals.result())
 
 
 def read_pieces(
@@ -280,7 +281,15 @@ def scope_sums(
         narrowed[name] = frame if pools is None else frame[frame["node"].isin(nodes)].reset_index(drop=True)
     pods = {
         k: narrowed[k]
-        for k in ("pod_allocated", "pod_idle", "pod_unknown", "pod_used", "pod_power", "pod_last_allocated")
+        for k in (
+            "pod_allocated",
+            "pod_idle",
+            "pod_unknown",
+            "pod_used",
+            "pod_power",
+            "pod_last_allocated",
+            *POD_IDLE_SPLIT,
+        )
     }
     narrowed |= pod_totals(pods)
     if teams:  # the teams' share of their GPUs' energy: the scope's whole energy (nothing unheld)
@@ -626,10 +635,15 @@ def _idle_split(
     frame: pd.DataFrame, sums: HistorySums, hours: SampleHours, keys: Sequence[str]
 ) -> pd.DataFrame:
     """`frame` (keys and idle_gpu_hours per group) with held_idle_gpu_hours and abandoned_idle_gpu_hours
-    from the pods' split families: both NaN where they miss some idle hours (framebuffer unknown, or the
-    families not read), abandoned the rest of the idle hours where they do not (their sum is the idle)."""
-    held = hours.by(sums.pod_idle_held, keys, "held")
-    abandoned = hours.by(sums.pod_idle_abandoned, keys, "abandoned")
+    from the pods' split families (summed per namespace, for keys of namespaces or teams): both NaN where
+    they miss some idle hours (framebuffer unknown, or the families not read), abandoned the rest of the
+    idle hours where they do not (their sum is the idle)."""
+    if set(keys) <= {"namespace", "team"}:
+        parts = (_namespace_family(sums, "idle_held"), _namespace_family(sums, "idle_abandoned"))
+    else:
+        parts = (sums.pod_idle_held, sums.pod_idle_abandoned)
+    held = hours.by(parts[0], keys, "held")
+    abandoned = hours.by(parts[1], keys, "abandoned")
     out = frame.merge(held, on=list(keys), how="left").merge(abandoned, on=list(keys), how="left")
     split = out[["held", "abandoned"]].fillna(0.0)
     idle = out["idle_gpu_hours"]

@@ -212,13 +212,24 @@ def test_the_rollup_rules_keep_each_cluster_apart_and_the_reads_stay_as_they_wer
     of each series per cluster: two clusters' pool H100 or pod ml/train-0 are two roll-ups, never one max.
     The history path's own reads of one cluster's store are unchanged (the label absent, the same)."""
     rules = [*promql.rollup_rules(), *promql.day_rollup_rules()]
-    markers = {promql.ROLLUP_MARKER, promql.DAY_ROLLUP_MARKER}
-    assert len(rules) == 2 * (len(promql.ROLLUPS) + 1)
+    markers = {
+        promql.ROLLUP_MARKER,
+        promql.DAY_ROLLUP_MARKER,
+        promql.NAMESPACE_ROLLUP_MARKER,
+        promql.DAY_NAMESPACE_ROLLUP_MARKER,
+    }
+    namespaces = len(promql.namespace_rollups())
+    assert len(rules) == 2 * (len(promql.ROLLUPS) + 1) + 2 * (namespaces + 1) - len(promql.HOUR_ONLY_ROLLUPS)
+    summed_per_namespace = {r["record"] for r in promql.namespace_rollup_rules()}
     for rule in rules:
         if rule["record"] in markers:
             assert rule["expr"] == "vector(time())"
             continue
         flat = " ".join(rule["expr"].split()).replace("( ", "(").replace(" )", ")")
+        if rule["record"] in summed_per_namespace:  # sums of the pods' roll-ups, each cluster's apart
+            groupings = re.findall(r"\bby \(([^)]*)\)", flat)
+            assert groupings and all(g.endswith("cluster") for g in groupings), rule
+            continue
         metric = rule["record"].split(":")[1]
         by = ", ".join((*promql.FAMILY_LABELS[metric], "cluster"))
         assert f"max by ({by}) (" in flat, rule

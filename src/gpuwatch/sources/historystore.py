@@ -30,7 +30,6 @@ from gpuwatch.sources.prometheus import (
     history_timeline,
     node_states_now,
     pods_by_node_now,
-    team_pool_allocated,
     team_pool_timeline,
     team_states_now,
     window_pieces,
@@ -92,8 +91,6 @@ class HistoryStore(Protocol):
 
     def team_pool_timeline(self, pieces: pd.DataFrame, teams: Sequence[str]) -> dict[str, pd.DataFrame]: ...
 
-    def team_pool_allocated(self, pieces: pd.DataFrame) -> pd.DataFrame: ...
-
     def pods_by_node_now(self, at: datetime, teams: Sequence[str]) -> dict[str, pd.DataFrame]: ...
 
     def team_states_now(self, at: datetime) -> pd.DataFrame: ...
@@ -151,9 +148,6 @@ class PrometheusHistory:
 
     def team_pool_timeline(self, pieces: pd.DataFrame, teams: Sequence[str]) -> dict[str, pd.DataFrame]:
         return team_pool_timeline(self.source, pieces=pieces, teams=teams)
-
-    def team_pool_allocated(self, pieces: pd.DataFrame) -> pd.DataFrame:
-        return team_pool_allocated(self.source, pieces)
 
     def pods_by_node_now(self, at: datetime, teams: Sequence[str]) -> dict[str, pd.DataFrame]:
         return pods_by_node_now(self.source, at, teams=teams)
@@ -241,9 +235,6 @@ class ClustersHistory:
     def team_pool_timeline(self, pieces: pd.DataFrame, teams: Sequence[str]) -> dict[str, pd.DataFrame]:
         parts = self._each_own(pieces, lambda s, own: s.team_pool_timeline(own, teams))
         return _merged_families(parts)
-
-    def team_pool_allocated(self, pieces: pd.DataFrame) -> pd.DataFrame:
-        return concat_clusters(self._each_own(pieces, lambda s, own: s.team_pool_allocated(own)))
 
     def pods_by_node_now(self, at: datetime, teams: Sequence[str]) -> dict[str, pd.DataFrame]:
         return _merged_families(self._each(lambda s: s.pods_by_node_now(at, teams)))

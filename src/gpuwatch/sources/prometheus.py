@@ -1035,6 +1035,7 @@ POD_FAMILIES: Final[dict[str, Callable[..., str]]] = {
 NAMESPACE_FAMILIES: Final = {
     **dict(zip(("allocated", "idle", "used", "unknown"), promql.POD_SUM_METRICS, strict=True)),
     "power": promql.POD_POWER_METRIC,
+    **dict(zip(("idle_held", "idle_abandoned"), promql.POD_IDLE_SPLIT_METRICS, strict=True)),
 }
 PODS_SEEN: Final = "pods"  # PodFamilies.totals(): the pods counted
 _POD_POOLS: Final = "pod_pools"  # PodFamilies: each pod's allocation per pool (_pod_pools)
@@ -1067,6 +1068,7 @@ class PodFamilies:
             ]
         self._read: dict[str, Future[pd.DataFrame]] = {}
         self._totals: dict[str, Future[pd.DataFrame]] = {}
+        self._covered: bool | None = None
         self._lock = threading.Lock()
 
     def read(self, *names: str) -> dict[str, pd.DataFrame]:
@@ -1113,13 +1115,28 @@ class PodFamilies:
         return {"namespace_sums": pd.concat(parts, ignore_index=True), "namespace_pods": pods}
 
     def _total(self, name: str) -> pd.DataFrame:
+        if not self.pods and self._namespace_rollups():
+            # Recorded per namespace: Prometheus reads the namespaces' series, not the window's pods' (at
+            # real churn, ~2 a GPU a day), except in the stretches read raw at the window's ends.
+            if name == PODS_SEEN:
+                return _pods_counted(self.source, self.pieces, self.matchers)
+            query = partial(promql.namespace_gpus_sum_query, NAMESPACE_FAMILIES[name], namespace_rollups=True)
+            return _family(self.source, self.pieces, query, promql.NAMESPACE_LABELS, self.matchers)
         if name in (PODS_SEEN, "allocated"):  # both from one read of the pods' allocation
             held = self._once(self._totals, [_POD_POOLS], self._pod_pools)[_POD_POOLS].result()
             return _pods_seen(held) if name == PODS_SEEN else _per_namespace(held)
         if name == "idle":
             return _per_namespace(self.read("pod_idle")["pod_idle"])
         query = partial(promql.namespace_gpus_sum_query, NAMESPACE_FAMILIES[name])
-        return _family(self.source, self.pieces, query, ("namespace", "team", "pool"), self.matchers)
+        return _family(self.source, self.pieces, query, promql.NAMESPACE_LABELS, self.matchers)
+
+    def _namespace_rollups(self) -> bool:
+        """Whether the namespace roll-ups cover every piece read from roll-ups (asked once): not where the
+        rules that ran were older than them (then the pods' roll-ups are summed, as before)."""
+        with self._lock:
+            if self._covered is None:
+                self._covered = namespace_rollups_cover(self.source, self.pieces)
+            return self._covered
 
     def _pod_pools(self, _name: str) -> pd.DataFrame:
         """piece, namespace, pod, team, pool, value: each pod's allocated GE summed per pool and piece.
@@ -1187,6 +1204,61 @@ def _per_namespace(pods: pd.DataFrame) -> pd.DataFrame:
     """piece, namespace, team, pool, value: a pod family summed per namespace and pool."""
     keys = ["piece", "namespace", "team", "pool"]
     return pods.groupby(keys, as_index=False, sort=True).agg(value=("value", "sum"))
+
+
+def namespace_rollups_cover(source: PrometheusSource, pieces: pd.DataFrame) -> bool:
+    """Whether every level of roll-ups the pieces read holds as many namespace roll-up evaluations as pod
+    ones over their span (rules older than the namespace roll-ups ran before an upgrade: fewer)."""
+    for level in sorted(set(pieces["rollup"]) - {RAW}):
+        rolled = pieces[pieces["rollup"] == level]
+        first = pd.Timestamp(rolled["end"].min()) - pd.Timedelta(seconds=float(rolled["seconds"].max()))
+        at = _read_time(pd.Timestamp(rolled["end"].max()), level)
+        seconds = (at - first).total_seconds()
+        counts = [
+            source.query(
+                promql.namespace_rollup_count_query(
+                    namespaces=namespaces, level=level, range_seconds=seconds, matchers=source.scope
+                ),
+                at=at.to_pydatetime(),
+            )
+            for namespaces in (False, True)
+        ]
+        pods, namespaces = (float(c["value"].sum()) if len(c) else 0.0 for c in counts)
+        if namespaces < pods:
+            return False
+    return True
+
+
+def _pods_counted(
+    source: PrometheusSource, pieces: pd.DataFrame, matchers: Sequence[promql.Matcher]
+) -> pd.DataFrame:
+    """namespace, team, value: the window's distinct pods that held GPUs, from counts alone: its first
+    piece's pods and, in each later piece, those new to it (none of their samples in the hour before;
+    a pod holds GPUs in one stretch). A first piece of several hours' or a day's roll-ups counts its
+    first hour's pods and its new ones less that hour's."""
+    labels = ("namespace", "team")
+    ordered = pieces.sort_values("end", kind="stable")
+    first, later = ordered.iloc[:1], ordered.iloc[1:]
+    present, new = (partial(promql.namespace_pods_query, new=flag) for flag in (False, True))
+    parts = []
+    if len(first) and first["rollup"].iloc[0] != RAW and first["seconds"].iloc[0] > promql.ROLLUP_SECONDS:
+        hour = first.assign(
+            end=first["end"] - pd.to_timedelta(first["seconds"] - promql.ROLLUP_SECONDS, unit="s"),
+            seconds=float(promql.ROLLUP_SECONDS),
+            rollup="hour",
+        )
+        parts += [
+            _family(source, hour, present, labels, matchers),
+            _family(source, hour, new, labels, matchers).pipe(lambda f: f.assign(value=-f["value"])),
+            _family(source, first, new, labels, matchers),
+        ]
+    elif len(first):
+        parts.append(_family(source, first, present, labels, matchers))
+    if len(later):
+        parts.append(_family(source, later, new, labels, matchers))
+    counted = pd.concat(parts, ignore_index=True) if parts else _labelled(pd.DataFrame(), labels)
+    summed = counted.groupby(list(labels), as_index=False, sort=True).agg(value=("value", "sum"))
+    return summed[summed["value"] > 0].reset_index(drop=True)
 
 
 def _pods_seen(held: pd.DataFrame) -> pd.DataFrame:
@@ -1365,12 +1437,6 @@ def team_pool_timeline(
         )
         for metric in promql.POD_SUM_METRICS
     }
-
-
-def team_pool_allocated(source: PrometheusSource, pieces: pd.DataFrame) -> pd.DataFrame:
-    """piece, team, pool, value: the pods' allocated GE per team and pool, summed by Prometheus over each
-    piece's grid (one row per team and pool, not per pod)."""
-    return _family(source, pieces, partial(promql.team_pool_gpus_sum_query, _ALLOCATION), ("team", "pool"))
 
 
 def pods_by_node_now(

@@ -246,6 +246,11 @@ FAMILY_LABELS: Final[dict[str, tuple[str, ...]]] = {
     "gpuwatch_queue_oldest_pending_seconds": QUEUE_LABELS,
     "gpuwatch_build_info": (),  # version left out: a cycle is a cycle whichever version ran it
 }
+# The namespace roll-ups' own families (no exporter publishes them: the hourly rules sum the pods' roll-ups).
+NAMESPACE_LABELS: Final = ("namespace", "team", "pool")
+NAMESPACE_PODS: Final = "gpuwatch_namespace_pods"  # pods with an allocation roll-up in the hour
+NAMESPACE_NEW_PODS: Final = "gpuwatch_namespace_new_pods"  # of those, pods without one the hour before
+FAMILY_LABELS.update({NAMESPACE_PODS: ("namespace", "team"), NAMESPACE_NEW_PODS: ("namespace", "team")})
 
 
 # The label a store shared by several clusters tells their series apart by: `gpuwatch export` stamps it
@@ -325,6 +330,12 @@ POD_NEED_ROLLUPS: Final = (
     ("gpuwatch_pod_gpu_framebuffer_used_bytes", "max_over_time"),
 )
 TEAM_ENERGY_METRICS = ("gpuwatch_team_gpu_power_watts", "gpuwatch_team_energy_cost_usd_per_hour")
+# Per pod family summed by namespace, team and pool, the family the namespace roll-ups record it as.
+NAMESPACE_ROLLUPS: Final = {
+    pod: pod.replace("gpuwatch_pod_", "gpuwatch_namespace_", 1)
+    for pod in (*POD_SUM_METRICS, POD_POWER_METRIC, *POD_IDLE_SPLIT_METRICS)
+}
+FAMILY_LABELS.update(dict.fromkeys(NAMESPACE_ROLLUPS.values(), NAMESPACE_LABELS))
 POOL_ENERGY_METRICS = ("gpuwatch_pool_gpu_power_watts", "gpuwatch_pool_energy_cost_usd_per_hour")
 
 
@@ -420,6 +431,7 @@ _ROLLUP_OUTER: Final = {
     "last_over_time": "last_over_time",
     "max_over_time": "max_over_time",
     "p95_over_time": "max_over_time",  # a day's, or a window's: its busiest hour's (POD_NEED_ROLLUPS)
+    "count": "sum_over_time",  # pods counted in an hour (NAMESPACE_POD_ROLLUPS)
 }
 # The PromQL call of a grid function that is not one by its own name.
 _CALLS: Final = {"p95_over_time": "quantile_over_time(0.95, "}
@@ -466,6 +478,60 @@ NONZERO_ROLLUPS: Final = frozenset(
 )
 
 
+# Namespace roll-ups: the pods' hourly roll-ups summed per namespace, team and pool by the same rule group,
+# right after them, and the pods counted per namespace and team. Every fleet, team and namespace number of
+# a window reads these, so it costs what the namespaces cost, not the pods that came and went (real GPU
+# clusters start ~2 pods per GPU a day). A window's pods are those of its first piece and, in every later
+# one, the pods new to it: present in an hour without an allocation roll-up the hour before (a pod, once
+# gone, does not come back under its name: a StatefulSet pod recreated after an hour away counts twice).
+NAMESPACE_POD_ROLLUPS: Final = ((NAMESPACE_PODS, "count"), (NAMESPACE_NEW_PODS, "count"))
+NAMESPACE_ROLLUP_MARKER: Final = "hour:gpuwatch_namespace_rollup_evaluation:timestamp_seconds"
+DAY_NAMESPACE_ROLLUP_MARKER: Final = "day:gpuwatch_namespace_rollup_evaluation:timestamp_seconds"
+# Hourly roll-ups without a daily one: a day of hourly pod counts sums nothing a reader wants.
+HOUR_ONLY_ROLLUPS: Final = frozenset({(NAMESPACE_PODS, "count")})
+_HELD: Final = f"hour:{POD_SUM_METRICS[0]}:sum_over_time"  # a pod's allocation roll-up: it held GPUs
+
+
+def namespace_rollups() -> tuple[tuple[str, str], ...]:
+    """(family, function) of every namespace roll-up, as rollup_name names them."""
+    return (*((m, "sum_over_time") for m in NAMESPACE_ROLLUPS.values()), *NAMESPACE_POD_ROLLUPS)
+
+
+def namespace_rollup_rules() -> list[dict[str, str]]:
+    """The hourly rules of the namespace roll-ups, evaluated after the pods' roll-ups in their group (a rule
+    reads what the rules before it wrote at the same evaluation), one series per cluster.
+
+    The rules of hour:gpuwatch_namespace_gpu_allocation:sum_over_time and
+    hour:gpuwatch_namespace_new_pods:count are::
+
+        sum by (namespace, team, pool, cluster) (hour:gpuwatch_pod_gpu_allocation:sum_over_time)
+
+        count by (
+          namespace, team, cluster
+        ) (
+          group by (
+            namespace, pod, team, cluster
+          ) (
+            hour:gpuwatch_pod_gpu_allocation:sum_over_time
+            unless on (namespace, pod, cluster)
+            hour:gpuwatch_pod_gpu_allocation:sum_over_time offset 1h
+          )
+        )
+    """
+    rules = [{"record": NAMESPACE_ROLLUP_MARKER, "expr": "vector(time())"}]
+    keep = (*NAMESPACE_LABELS, *RULE_KEEP_LABELS)
+    for pod, namespace in NAMESPACE_ROLLUPS.items():
+        expr = f"sum by ({', '.join(keep)}) ({rollup_name(pod, 'sum_over_time')})"
+        rules.append({"record": rollup_name(namespace, "sum_over_time"), "expr": expr})
+    pod_keys = ("namespace", "pod", "team", *RULE_KEEP_LABELS)
+    counted = ("namespace", "team", *RULE_KEEP_LABELS)
+    before = f"{_HELD}\nunless on (namespace, pod, {', '.join(RULE_KEEP_LABELS)})\n{_HELD} offset 1h"
+    for family, held in ((NAMESPACE_PODS, _HELD), (NAMESPACE_NEW_PODS, before)):
+        expr = _by("count", counted, _by("group", pod_keys, held))
+        rules.append({"record": rollup_name(family, "count"), "expr": expr})
+    return rules
+
+
 def rollup_name(metric: str, function: str, level: str = "hour") -> str:
     """A roll-up of a family's grid function: hour:<metric>:<function> or day:<metric>:<function>."""
     if level not in ROLLUP_LEVEL_SECONDS:
@@ -492,7 +558,7 @@ def rollup_rules() -> list[dict[str, str]]:
         expr = _on_grid(function, metric, ROLLUP_SECONDS, ROLLUP_GRID_SECONDS, keep=RULE_KEEP_LABELS)
         expr = _nonzero(expr, (metric, function) in NONZERO_ROLLUPS)
         rules.append({"record": rollup_name(metric, function), "expr": expr})
-    return rules
+    return [*rules, *namespace_rollup_rules()]
 
 
 def day_rollup_rules() -> list[dict[str, str]]:
@@ -511,11 +577,17 @@ def day_rollup_rules() -> list[dict[str, str]]:
     """
     rules = [{"record": DAY_ROLLUP_MARKER, "expr": "vector(time())"}]
     lag = f"offset {DAY_ROLLUP_LAG_SECONDS}s"
-    for metric, function in ROLLUPS:
+    for metric, function in (*ROLLUPS, *namespace_rollups()):
+        if (metric, function) in HOUR_ONLY_ROLLUPS:
+            continue
         hourly = rollup_name(metric, function)
         rolled = f"{_ROLLUP_OUTER[function]}({hourly}[{range_duration(DAY_SECONDS - _MS)}] {lag})"
         expr = one_copy(rolled, metric, keep=RULE_KEEP_LABELS)
         rules.append({"record": rollup_name(metric, function, "day"), "expr": expr})
+        if (
+            metric == ROLLUPS[-1][0] and function == ROLLUPS[-1][1]
+        ):  # the namespace ones' marker after the pods'
+            rules.append({"record": DAY_NAMESPACE_ROLLUP_MARKER, "expr": "vector(time())"})
     return rules
 
 
@@ -770,11 +842,13 @@ def namespace_gpus_sum_query(
     resolution_seconds: int,
     rollup: str = "",
     matchers: Sequence[Matcher] = (),
-    by: Sequence[str] = ("namespace", "team", "pool"),
+    by: Sequence[str] = NAMESPACE_LABELS,
+    namespace_rollups: bool = False,
 ) -> str:
     """GE of pods (allocated, idle-allocated, busy or unknown) per namespace, team and pool (or the labels
     `by`), summed over the grid points of the range: a namespace's rows without its pods' (`matchers` as
-    in pod_gpus_sum_query).
+    in pod_gpus_sum_query). namespace_rollups: from roll-ups, read the namespace roll-ups (the same sums,
+    recorded per namespace) instead of every pod's.
 
     The same for gpuwatch_pod_gpu_idle, _used and _unknown;
     namespace_gpus_sum_query("gpuwatch_pod_gpu_used", range_seconds=86400, resolution_seconds=60,
@@ -786,8 +860,89 @@ def namespace_gpus_sum_query(
           sum_over_time(day:gpuwatch_pod_gpu_used:sum_over_time[86399999ms])
         )
     """
-    metric = _one_of_metrics(metric, (*POD_SUM_METRICS, POD_POWER_METRIC))
+    metric = _one_of_metrics(metric, tuple(NAMESPACE_ROLLUPS))
+    if namespace_rollups and rollup and tuple(by) == NAMESPACE_LABELS:
+        body = _on_grid(
+            "sum_over_time", NAMESPACE_ROLLUPS[metric], range_seconds, resolution_seconds, matchers, rollup
+        )
+        return _by("sum", by, body)
     return _summed(by, metric, "sum_over_time", range_seconds, resolution_seconds, rollup, matchers)
+
+
+def namespace_pods_query(
+    *,
+    new: bool,
+    range_seconds: float,
+    resolution_seconds: int,
+    rollup: str = "",
+    matchers: Sequence[Matcher] = (),
+) -> str:
+    """Pods that held GPUs in the range, per namespace and team: all of them, or (new) those that held none
+    in the hour before it; from roll-ups, the namespace roll-ups' counts (all of them: an hour's alone).
+    resolution_seconds is the history grid's, unused: a pod with any sample in the range is counted.
+
+    namespace_pods_query(new=True, range_seconds=1800, resolution_seconds=60) and
+    namespace_pods_query(new=True, range_seconds=86400, resolution_seconds=60, rollup="day") are::
+
+        count by (
+          namespace, team
+        ) (
+          group by (
+            namespace, pod, team
+          ) (
+            last_over_time(gpuwatch_pod_gpu_allocation[1799999ms])
+            unless on (namespace, pod)
+            last_over_time(gpuwatch_pod_gpu_allocation[3599999ms] offset 1800s)
+          )
+        )
+
+        sum by (
+          namespace, team
+        ) (
+          sum_over_time(day:gpuwatch_namespace_new_pods:count[86399999ms])
+        )
+    """
+    del resolution_seconds
+    counted = ("namespace", "team")
+    if rollup:
+        if not new and rollup != "hour":
+            raise ConfigError("a roll-up counts all of an hour's pods, not a day's: read its new ones")
+        family = NAMESPACE_NEW_PODS if new else NAMESPACE_PODS
+        rolled = selector(rollup_name(family, "count", rollup), matchers)
+        return _by("sum", counted, f"sum_over_time({rolled}[{range_duration(range_seconds - _MS)}])")
+    held = selector(POD_SUM_METRICS[0], matchers)
+    inside = f"last_over_time({held}[{range_duration(range_seconds - _MS)}])"
+    if new:
+        before = f"[{range_duration(ROLLUP_SECONDS - _MS)}] offset {range_duration(range_seconds)}"
+        inside += f"\nunless on (namespace, pod)\nlast_over_time({held}{before})"
+    return _by("count", counted, _by("group", ("namespace", "pod", "team"), inside))
+
+
+def namespace_rollup_count_query(
+    *, namespaces: bool, level: str, range_seconds: float, matchers: Sequence[Matcher] = ()
+) -> str:
+    """How many evaluations of a level's roll-ups (namespaces: of its namespace roll-ups) the range holds;
+    fewer namespace ones than the pods' where rules older than the namespace roll-ups ran. With `matchers`,
+    as rollup_marker_query.
+
+    namespace_rollup_count_query(namespaces=True, level="hour", range_seconds=86400) is::
+
+        sum(count_over_time(hour:gpuwatch_namespace_rollup_evaluation:timestamp_seconds[86399999ms]))
+    """
+    if level not in ROLLUP_LEVEL_SECONDS:
+        raise ConfigError(f"a roll-up level is one of {', '.join(ROLLUP_LEVEL_SECONDS)}, got {level!r}")
+    markers = {
+        (False, "hour"): ROLLUP_MARKER,
+        (True, "hour"): NAMESPACE_ROLLUP_MARKER,
+        (False, "day"): DAY_ROLLUP_MARKER,
+        (True, "day"): DAY_NAMESPACE_ROLLUP_MARKER,
+    }
+    within = f"[{range_duration(range_seconds - _MS)}]"
+    own = f"sum(count_over_time({selector(markers[namespaces, level], matchers)}{within}))"
+    if not matchers:
+        return own
+    unlabelled = [equals(m.label, "") for m in matchers]
+    return f"{own}\nor sum(count_over_time({selector(markers[namespaces, level], unlabelled)}{within}))"
 
 
 def pod_need_query(

@@ -155,10 +155,10 @@ class RecordedView(FleetView):
             return self.headline
         if "report" in self._memo:
             return self.report
-        pods = self.recorded.pods.of_teams()
-        # The teams' held and abandoned idle hours come from the idle pods' split families (a few).
-        split = pods.read(*POD_IDLE_SPLIT)
-        return self._report(self._assembled(replace(self.recorded.sums, **pods.totals(), **split)))
+        # Namespace sums (the teams' held and abandoned idle hours among them) and pods counted: from the
+        # namespace roll-ups, whatever the pods that came and went.
+        totals = self.recorded.pods.of_teams().totals()
+        return self._report(self._assembled(replace(self.recorded.sums, **totals)))
 
     def pool_rows(self) -> list[dict[str, Any]]:
         if self._from_whole("summary"):
@@ -192,10 +192,13 @@ class RecordedView(FleetView):
             )
 
         def compute() -> QueueTables:
-            # The teams' allocation per pool summed by Prometheus, the idle pods from what the exporter
-            # published last and the idle pods' family: not every pod's families.
+            # The teams' allocation per pool from the namespaces' sums, the idle pods from what the
+            # exporter published last and the idle pods' family: not every pod's families.
             pods = self.recorded.pods
-            held = self.recorded.store.team_pool_allocated(pods.pieces)
+            sums = pods.of_teams().totals("allocated")["namespace_sums"]
+            held = sums.groupby(["piece", "team", "pool"], as_index=False, sort=True).agg(
+                value=("value", "sum")
+            )
             allocated = team_pool_hours(pods.pieces, held, "allocated_gpu_hours")
             columns = ["namespace", "pod", "team", "pool", "gpus", "idle_since"]
             rows = pd.DataFrame(self.idle_now(), columns=columns)  # idle and holding GPUs at the end
