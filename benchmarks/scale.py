@@ -24,6 +24,7 @@ Run from the repository root: python benchmarks/scale.py [--gpus 10000 --days 30
 import argparse
 import hashlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -33,9 +34,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress as it happens
@@ -48,7 +50,6 @@ from collect import block_count, dir_bytes, wait_for_compaction  # noqa: E402
 from ui import p95  # noqa: E402
 
 END = datetime(2026, 11, 20, tzinfo=UTC)
-PODS_PER_GPU_MONTH = 5.0  # 10,000 GPUs: ~50,000 pods over 30 days (issue 12)
 MARKER = "gpuwatch-scale.json"
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))
 PAGES = ("/", "/capacity", "/queues", "/waste", "/teams", "/teams/genai", "/health", "/rightsize")
@@ -57,21 +58,42 @@ DONE = (
     "() => window.dash_clientside !== undefined"
     " && !document.querySelector('[data-dash-is-loading=\"true\"]')"
     " && /resolution|DCGM samples/.test(document.body.innerText)"
+    # a view computed in the background says so until its data is drawn
+    " && ![...document.querySelectorAll('.gw-pending')]"
+    "      .some(e => /^(waiting for|computing)/.test(e.innerText))"
 )
 
 
-def world_args(gpus: int, days: float, step: str, *more: str, end: datetime = END) -> list[str]:
+def world_args(
+    gpus: int, days: float, step: str, *more: str, end: datetime = END, pods: int | None = None
+) -> list[str]:
     """The fleet's flags: the same ones give the same fleet, so the API server and the history agree.
-    Worlds of a day or more have about PODS_PER_GPU_MONTH pods per GPU and 30 days."""
+    pods: about this many pods per 30 days (None: the simulator's own churn, ~2 pods per GPU a day)."""
     fleet = ["--gpus", str(gpus), "--days", f"{days:g}", "--step", step, "--end", end.isoformat()]
-    if days >= 1:
-        fleet += ["--pods", str(round(PODS_PER_GPU_MONTH * gpus * days / 30))]
+    if pods is not None and days >= 1:
+        fleet += ["--pods", str(round(pods * days / 30))]
     return [*fleet, *more]
 
 
-def build_world(tsdb: Path, args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class World:
+    """A scale world: its fleet (GPUs, days, pods per 30 days or the simulator's churn) at a 300 s step."""
+
+    gpus: int
+    days: float
+    pods: int | None = None
+
+    def args(self, *more: str) -> list[str]:
+        return world_args(self.gpus, self.days, "300s", *more, pods=self.pods)
+
+    def __str__(self) -> str:
+        pods = "the simulator's churn" if self.pods is None else f"{self.pods:,} pods a month"
+        return f"{self.gpus:,} GPUs x {self.days:g} d, {pods}"
+
+
+def build_world(tsdb: Path, world: World) -> None:
     """The scale world's TSDB: built (timed) unless `tsdb` holds one with the same parameters."""
-    params = {"world": world_args(args.gpus, args.days, "300s"), "rollups": rollups_fingerprint()}
+    params = {"world": world.args(), "rollups": rollups_fingerprint()}
     marker = tsdb / MARKER
     if tsdb.exists():
         if not marker.is_file() or json.loads(marker.read_text(encoding="utf-8")) != params:
@@ -79,7 +101,7 @@ def build_world(tsdb: Path, args: argparse.Namespace) -> None:
         print(f"world: reusing {tsdb} ({dir_bytes(tsdb) / 1e6:,.0f} MB, {block_count(tsdb)} blocks)")
         return
     began = time.perf_counter()
-    cmd = [GPUWATCH, "simulate", "backfill", *world_args(args.gpus, args.days, "300s", "--no-dcgm")]
+    cmd = [GPUWATCH, "simulate", "backfill", *world.args("--no-dcgm")]
     subprocess.run([*cmd, "--tsdb", str(tsdb)], check=True)
     seconds = time.perf_counter() - began
     marker.write_text(json.dumps(params), encoding="utf-8")
@@ -99,12 +121,20 @@ def rollups_fingerprint() -> str:
 
 @contextmanager
 def kube_api(
-    gpus: int, days: float, step: str, workdir: Path, *, end: datetime = END, cpu_pods: int = 0
+    gpus: int,
+    days: float,
+    step: str,
+    workdir: Path,
+    *,
+    end: datetime = END,
+    cpu_pods: int = 0,
+    pods: int | None = None,
 ) -> Iterator[Path]:
     """The simulated Kubernetes API of the same fleet (its state at the world's end) and a kubeconfig."""
     kubeconfig = workdir / "kubeconfig"
     port = free_port()
-    cmd = [GPUWATCH, "simulate", "kube-api", *world_args(gpus, days, step, end=end), "--port", str(port)]
+    cmd = [GPUWATCH, "simulate", "kube-api", *world_args(gpus, days, step, end=end, pods=pods)]
+    cmd += ["--port", str(port)]
     cmd += ["--cpu-pods", str(cpu_pods)]
     proc = subprocess.Popen([*cmd, "--write-kubeconfig", str(kubeconfig)], stderr=subprocess.PIPE, text=True)
     try:
@@ -160,7 +190,10 @@ def query_of(window: timedelta) -> str:
     return f"?window=custom&start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}"
 
 
-def time_pages(base: str, pid: int, repeat: int, windows: list[str], world: timedelta) -> None:
+def time_pages(base: str, pid: int, repeat: int, windows: list[str], world: timedelta) -> dict[str, float]:
+    """Each page at each window: cold (the first visit) and the p95 of `repeat` more; returns the cold
+    seconds by "<window> <path>"."""
+    cold: dict[str, float] = {}
     with browser_page(1440, 1000) as (page, errors):
         # A fresh browser first fetches and compiles the app's JavaScript (Plotly's is megabytes), once:
         # timed apart, on the default view /readyz waited for, so a page's cold time is its window's.
@@ -181,20 +214,34 @@ def time_pages(base: str, pid: int, repeat: int, windows: list[str], world: time
                     page.goto(url, timeout=600_000)
                     page.wait_for_function(DONE, timeout=600_000)
                     visits.append(time.perf_counter() - began)
+                cold[f"{name} {path}"] = visits[0]
+                warm = (
+                    f"warm p50 {statistics.median(visits[1:]):6.2f} s  p95 {p95(visits[1:]):6.2f} s"
+                    if repeat
+                    else ""
+                )
                 print(
-                    f"  {name:<4} {path:<13} cold {visits[0]:7.2f} s   warm p50 "
-                    f"{statistics.median(visits[1:]):6.2f} s  p95 {p95(visits[1:]):6.2f} s   "
+                    f"  {name:<4} {path:<13} cold {visits[0]:7.2f} s   {warm}   "
                     f"serve RSS {peak_rss_gb(pid):.2f} GB",
                     flush=True,
                 )
         if errors:
             print(f"  console errors: {errors[:3]}")
+    return cold
 
 
-def time_report(prometheus_url: str, kubeconfig: Path, days: float, fmt: str) -> float:
+# The reports timed: the default table (teams), CSV grouped by team, and JSON with every workload.
+REPORTS = {
+    "table": ("--format", "table"),
+    "csv by team": ("--format", "csv", "--group-by", "team"),
+    "json": ("--format", "json"),
+}
+
+
+def time_report(prometheus_url: str, kubeconfig: Path, days: float, flags: tuple[str, ...]) -> float:
     start = END - timedelta(days=days)
     cmd = [GPUWATCH, "report", "--prometheus-url", prometheus_url, "--kubeconfig", str(kubeconfig)]
-    cmd += ["--start", start.isoformat(), "--end", END.isoformat(), "--format", fmt]
+    cmd += ["--start", start.isoformat(), "--end", END.isoformat(), *flags]
     began = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - began
@@ -290,18 +337,164 @@ def exporter(workdir: Path, args: argparse.Namespace) -> None:
         print(f"exporter: the cache holds {len(state.pods):,} GPU pods of the API server's listing")
 
 
+def measure(tsdb: Path, world: World, workdir: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Reports and pages on one world (built or reused): their seconds by name, and serve's peak RSS."""
+    build_world(tsdb, world)
+    seconds: dict[str, float] = {}
+    with PrometheusServer(tsdb) as prom:
+        wait_for_compaction(prom.url, tsdb)
+        print(f"prometheus: {block_count(tsdb)} blocks, {dir_bytes(tsdb) / 1e6:,.0f} MB")
+        seconds["pods"] = count_pods(prom.url, world)
+        print(f"pods: {seconds['pods']:,.0f} held GPUs in the {world.days:g} days")
+        with kube_api(world.gpus, world.days, "300s", workdir, pods=world.pods) as kubeconfig:
+            if "report" not in args.skip:
+                for name, flags in REPORTS.items():
+                    runs = [time_report(prom.url, kubeconfig, world.days, flags) for _ in range(args.reports)]
+                    seconds[f"report {name}"] = runs[0]
+                    target = 15 if name == "json" else 5
+                    print(
+                        f"report: {world.days:g} d, {name}: "
+                        + ", ".join(f"{t:.2f} s" for t in runs)
+                        + f" (target <= {target} s)",
+                        flush=True,
+                    )
+            if "pages" not in args.skip:
+                with serve(prom.url, kubeconfig) as (base, pid):
+                    pages = time_pages(
+                        base, pid, args.repeat, args.windows.split(","), timedelta(days=world.days)
+                    )
+                    seconds |= pages
+                    seconds["serve RSS GB"] = peak_rss_gb(pid)
+                    print(f"serve: peak RSS {seconds['serve RSS GB']:.2f} GB (target <= 2 GB)")
+    return seconds
+
+
+# The scaling table's worlds (issue 35): GPUs at the simulator's churn, and pods at 10,000 GPUs.
+SWEEP = (
+    World(2_500, 30.0),
+    World(5_000, 30.0),
+    World(10_000, 30.0),
+    World(10_000, 30.0, 50_000),
+    World(10_000, 30.0, 200_000),
+)
+
+
+def sweep(workdir: Path, args: argparse.Namespace) -> None:
+    """Cold pages and reports at 30 d on each world of SWEEP (kept under --worlds when given), one world's
+    Prometheus at a time; the table (markdown) printed, the chart written as HTML and PNG."""
+    keep = Path(args.worlds) if args.worlds else workdir
+    results = []
+    for world in SWEEP:
+        print(f"sweep: {world}", flush=True)
+        name = f"world-{world.gpus}-{world.days:g}d-{world.pods or 'churn'}"
+        began = time.perf_counter()
+        seconds = measure(
+            keep / name,
+            world,
+            workdir,
+            argparse.Namespace(**{**vars(args), "repeat": 0, "reports": 1, "windows": "30d"}),
+        )
+        results.append({"gpus": world.gpus, "churn": world.pods is None, **seconds})
+        print(f"sweep: {world} done in {time.perf_counter() - began:.0f} s", flush=True)
+    (Path(args.chart).with_suffix(".json")).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    print(scaling_table(results))
+    chart(results, Path(args.chart))
+
+
+def count_pods(prometheus_url: str, world: World) -> int:
+    """The pods that held GPUs over the world's window, counted by Prometheus from their daily roll-ups."""
+    import requests
+
+    held = f"day:gpuwatch_pod_gpu_allocation:sum_over_time[{round(world.days) + 1}d]"
+    params = {"query": f"count(group by (namespace, pod) (last_over_time({held})))"}
+    params["time"] = str((END + timedelta(days=1)).timestamp())
+    answer = requests.get(f"{prometheus_url}/api/v1/query", params=params, timeout=600).json()
+    result = answer["data"]["result"]
+    return int(float(result[0]["value"][1])) if result else 0
+
+
+def scaling_table(results: list[dict[str, Any]]) -> str:
+    """The sweep as a markdown table: a row per world, a column per page and report (cold, 30 d)."""
+    columns = [f"30d {p}" for p in PAGES] + [f"report {r}" for r in REPORTS]
+    head = "| GPUs | pods in 30 d | " + " | ".join(c.removeprefix("30d ") for c in columns) + " | serve RSS |"
+    lines = [head, "|" + "---|" * (len(columns) + 3)]
+    for r in results:
+        cells = [f"{r[c]:.1f} s" if c in r else "–" for c in columns]
+        rss = f"{r['serve RSS GB']:.2f} GB" if "serve RSS GB" in r else "–"
+        lines.append(f"| {r['gpus']:,} | {r['pods']:,.0f} | " + " | ".join(cells) + f" | {rss} |")
+    return "\n".join(lines)
+
+
+def chart(results: list[dict[str, Any]], path: Path) -> None:
+    """Cold seconds against GPUs (the simulator's churn) and against pods (10,000 GPUs), a line per page
+    and report: HTML (plotly) and PNG (the HTML in headless Chromium)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("against GPUs (the simulator's churn)", "against pods in 30 days (10,000 GPUs)"),
+    )
+    by_gpus = sorted((r for r in results if r["churn"]), key=lambda r: r["gpus"])
+    by_pods = sorted(
+        (r for r in results if r["gpus"] == max(x["gpus"] for x in results)), key=lambda r: r["pods"]
+    )
+    names = [f"30d {p}" for p in PAGES] + [f"report {r}" for r in REPORTS]
+    for i, name in enumerate(names):
+        color = f"hsl({round(360 * i / len(names))},60%,45%)"
+        for col, rows, x in ((1, by_gpus, "gpus"), (2, by_pods, "pods")):
+            figure.add_trace(
+                go.Scatter(
+                    x=[r[x] for r in rows if name in r],
+                    y=[r[name] for r in rows if name in r],
+                    name=name.removeprefix("30d "),
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    mode="lines+markers",
+                    line={"color": color, "dash": "dot" if name.startswith("report") else "solid"},
+                ),
+                row=1,
+                col=col,
+            )
+    for target in (3, 5, 15):  # the targets: pages, reports, the every-workload JSON
+        figure.add_hline(y=target, line_dash="dash", line_color="#999", row=1, col="all")
+    highest = max((v for r in results for k, v in r.items() if k in names), default=10.0)
+    top = math.log10(max(highest, 15) * 1.5)
+    figure.update_yaxes(title_text="cold seconds, 30-day window", type="log", range=[-0.3, top])
+    figure.update_xaxes(title_text="GPUs", row=1, col=1)
+    figure.update_xaxes(title_text="pods in the window", row=1, col=2)
+    figure.update_layout(
+        title="gpuwatch at scale: cold page and report times (one Prometheus, 2 cores; dashed: 3, 5, 15 s)",
+        width=1400,
+        height=600,
+        template="plotly_white",
+    )
+    html = path.with_suffix(".html")
+    figure.write_html(html, include_plotlyjs=True, full_html=True)  # offline: the script inside
+    with browser_page(1400, 620) as (page, _):
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector(".main-svg")
+        page.screenshot(path=str(path.with_suffix(".png")))
+    print(f"chart: {html} and {path.with_suffix('.png')}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=10_000)
     parser.add_argument("--days", type=float, default=30.0)
+    parser.add_argument("--pods", type=int, help="pods per 30 days (default: the simulator's churn)")
     parser.add_argument("--tsdb", help="keep the scale world here (reused when it matches)")
     parser.add_argument("--repeat", type=int, default=10, help="warm visits per page and window")
     parser.add_argument("--windows", default="24h,7d,30d", help="the page windows, of 24h, 7d, 30d")
-    parser.add_argument("--reports", type=int, default=3, help="runs of the report")
+    parser.add_argument("--reports", type=int, default=3, help="runs of each report")
     parser.add_argument("--compare-gpus", type=int, default=1000)
     parser.add_argument("--compare-days", type=float, default=7.0)
     parser.add_argument("--compare-tsdb", help="keep the comparison's world here (reused when it matches)")
     parser.add_argument("--cpu-pods", type=int, default=40_000, help="pods without GPUs the API lists")
+    parser.add_argument("--sweep", action="store_true", help="only the scaling table and its chart")
+    parser.add_argument("--worlds", help="--sweep: keep its worlds under this directory")
+    parser.add_argument("--chart", default="docs/scaling", help="--sweep: the chart's path, less .html/.png")
     parser.add_argument("--skip", nargs="*", default=[], choices=("pages", "report", "exporter", "compare"))
     args = parser.parse_args()
     for tool in ("promtool", "prometheus", "chromium"):
@@ -309,25 +502,12 @@ def main() -> int:
             sys.exit(f"{tool} not found: run `make test-deps` first")
     with tempfile.TemporaryDirectory(prefix="gpuwatch-scale-") as scratch:
         workdir = Path(scratch)
-        tsdb = Path(args.tsdb) if args.tsdb else workdir / "tsdb"
-        build_world(tsdb, args)
+        if args.sweep:
+            sweep(workdir, args)
+            return 0
+        world = World(args.gpus, args.days, args.pods)
         if "pages" not in args.skip or "report" not in args.skip:
-            with PrometheusServer(tsdb) as prom:
-                wait_for_compaction(prom.url, tsdb)
-                print(f"prometheus: {block_count(tsdb)} blocks, {dir_bytes(tsdb) / 1e6:,.0f} MB")
-                with kube_api(args.gpus, args.days, "300s", workdir) as kubeconfig:
-                    if "report" not in args.skip:
-                        for fmt in ("table", "json"):
-                            for n in range(args.reports):
-                                took = time_report(prom.url, kubeconfig, args.days, fmt)
-                                run = f"report: {args.days:g} d, {fmt}, run {n + 1}"
-                                print(f"{run}: {took:.2f} s (target <= 5 s)", flush=True)
-                    if "pages" not in args.skip:
-                        with serve(prom.url, kubeconfig) as (base, pid):
-                            time_pages(
-                                base, pid, args.repeat, args.windows.split(","), timedelta(days=args.days)
-                            )
-                            print(f"serve: peak RSS {peak_rss_gb(pid):.2f} GB (target <= 2 GB)")
+            measure(Path(args.tsdb) if args.tsdb else workdir / "tsdb", world, workdir, args)
         if "exporter" not in args.skip:
             exporter(workdir, args)
         if "compare" not in args.skip:
