@@ -91,6 +91,7 @@ def write_simulated_backfill(
     """
     external = cluster_labels(cluster)  # a bad name fails before the fleet is built and the file written
     fleet = params.build()
+    # No promtool, TSDB or scratch directory of its own: every sample goes to the spool as text.
     job = _Job(layout, metrics, dcgm, gpuwatch_series, None, Path(), Path(), external)
     ranges = block_ranges(fleet.window)
     target = Path(path)
