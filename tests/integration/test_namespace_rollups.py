@@ -22,7 +22,8 @@ from gpuwatch.service import demo_settings
 from gpuwatch.sources import promql
 from gpuwatch.sources.prometheus import PrometheusSource, history_pieces
 from gpuwatch.sources.simulated import build_demo_fleet
-from tests.integration.prom import PrometheusServer, create_blocks, query
+from tests.integration.prom import QueryServer, query
+from tests.integration.test_day_rollups import _serve
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -66,14 +67,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     full = root / "full.om"
     with full.open("w", encoding="utf-8") as out:
         write_fleet_backfill(fleet, out, dcgm=False)
-    started: list[PrometheusServer] = []
+    started: list[QueryServer] = []
     try:
         for k, keep in enumerate(KEEPS.values()):
             kept = root / f"kept-{k}.om"
             with full.open(encoding="utf-8") as lines, kept.open("w", encoding="utf-8") as out:
                 out.writelines(line for line in lines if line.startswith("#") or keep(line))
-            create_blocks(kept, root / f"tsdb-{k}")
-            started.append(PrometheusServer(root / f"tsdb-{k}").start())
+            started.append(_serve("prometheus", kept, root / f"server-{k}"))
         yield {name: server.url for name, server in zip(KEEPS, started, strict=True)}
     finally:
         for server in started:
