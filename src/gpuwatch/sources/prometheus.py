@@ -1,6 +1,7 @@
 """PrometheusSource: prometheus-api-client with chunked range queries, retries, frames in base units."""
 
 import copy
+import json
 import math
 import re
 import threading
@@ -51,6 +52,7 @@ from gpuwatch.sources.dcgm import (
     to_float,
 )
 from gpuwatch.sources.deadline import ACCEPT_ENCODING, Deadline, DeadlineError, InFlight, read_body
+from gpuwatch.sources.vector import vector_frame
 
 T = TypeVar("T")
 RETRY_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
@@ -263,6 +265,7 @@ class PrometheusSource:
         session.headers["Accept-Encoding"] = ACCEPT_ENCODING
         session.headers.update(headers or {})  # e.g. X-Scope-OrgID: a Mimir or Cortex tenant
         session.hooks["response"].append(self._on_response)
+        self._session = session
         auth: Any = _BearerTokenFile(bearer_token_file) if bearer_token_file else basic_auth
         self._client = PrometheusConnect(
             url=self.url,
@@ -419,12 +422,31 @@ class PrometheusSource:
     # -- raw API ---------------------------------------------------------------------------------
 
     def query(self, query: str, *, at: datetime | None = None) -> pd.DataFrame:
-        """An instant query as a long frame (timestamp, value, one column per label)."""
-        return self.instant_points(query, at=at).frame()
+        """An instant query as a long frame (timestamp, value, one column per label), decoded column by
+        column (vector_frame) unless the answer is not a plain vector."""
+        body = self._instant_body(query, at)
+        frame = vector_frame(body)
+        return self._instant_points(body).frame() if frame is None else frame
 
     def instant_points(self, query: str, *, at: datetime | None = None) -> Points:
-        params = {} if at is None else {"time": f"{utc(at).timestamp():.3f}"}
-        result = self._call("an instant query", lambda: self._client.custom_query(query, params=params))
+        return self._instant_points(self._instant_body(query, at))
+
+    def _instant_body(self, query: str, at: datetime | None) -> bytes:
+        params = {"query": query, **({} if at is None else {"time": f"{utc(at).timestamp():.3f}"})}
+        url = f"{self.url}/api/v1/query"
+        auth, seconds = self._client.auth, self.timeout_seconds
+        return self._call(
+            "an instant query", lambda: self._session.get(url, params=params, auth=auth, timeout=seconds)
+        ).content
+
+    def _instant_points(self, body: bytes) -> Points:
+        try:
+            result = json.loads(body)["data"]["result"]
+        except (ValueError, KeyError, TypeError) as e:
+            what = "an instant query"
+            raise PrometheusError(
+                f"prometheus at {self.url} returned a malformed answer to {what}: {_one_line(str(e))}"
+            ) from e
         return self._parsed("an instant query", result, instant=True)
 
     def query_range(
