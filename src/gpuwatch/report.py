@@ -70,37 +70,85 @@ def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Rightsizing:
-    """A window's right-sizing, as its report has it: what the Right-size page draws and downloads."""
+    """A window's right-sizing, as its report has it: what the Right-size page draws and downloads. One
+    frame, not a row object per workload (a month at real churn is ~600,000 of them): rows() makes rows
+    only of what is drawn."""
 
-    # Every workload row as RIGHTSIZE_COLUMNS: those with a change first, the biggest monthly savings
-    # first, else in the report's order (most wasteful first)
-    workloads: list[dict[str, Any]]
+    # Every workload as RIGHTSIZE_COLUMNS (text as str, numbers as float64, the recommendation's text None
+    # and its savings NaN where it has none): those with a change first, the biggest monthly savings first,
+    # else in the report's order (most wasteful first)
+    table: pd.DataFrame
     summary: dict[str, Any]  # the report's "rightsizing": monthly_savings_usd, gpus_freed, pools
+
+    def rows(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The first `limit` rows (all when None) as the report's workload rows flattened (_flat): savings
+        null where unknown."""
+        head = self.table if limit is None else self.table.iloc[:limit]
+        columns = {k: head[k].tolist() for k in RIGHTSIZE_COLUMNS}
+        columns["monthly_savings_usd"] = [v if v == v else None for v in columns["monthly_savings_usd"]]
+        return [dict(zip(RIGHTSIZE_COLUMNS, r, strict=True)) for r in zip(*columns.values(), strict=True)]
+
+    def count(self, *kinds: str) -> int:
+        """Workloads whose recommendation is one of `kinds`."""
+        return int(self.table["recommendation_kind"].isin(kinds).sum())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rightsizing):
+            return NotImplemented
+        return self.summary == other.summary and self.table.equals(other.table)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def rightsizing_of(report: Report) -> Rightsizing:
     """The report's right-sizing: its workload rows and its "rightsizing" section."""
-    return _rightsizing_rows(report["workloads"], report["rightsizing"])
+    rows = (_flat(r) for r in report["workloads"])
+    flat = pd.DataFrame.from_records(rows, columns=list(RIGHTSIZE_COLUMNS))
+    return Rightsizing(table=_ranked(flat), summary=report["rightsizing"])
 
 
 def rightsizing_from_tables(workloads: pd.DataFrame, packing: pd.DataFrame | None) -> Rightsizing:
     """The right-sizing report_from_tables() would give a workload table with recommendation columns and
-    its packing estimate (None: not known which workloads held GPUs at the window's end)."""
+    its packing estimate (None: not known which workloads held GPUs at the window's end), column by
+    column: in the workload rows' order, used GPU-hours 0 where unknown, and the recommendation (none
+    where its kind is not known, no target where it is empty) as workload_rows() and _flat() make them."""
     tables = {"workload": workloads, **({} if packing is None else {"packing": packing})}
-    shown = workloads[[c for c in RIGHTSIZE_COLUMNS if c in workloads]]  # (~50,000 rows: no more columns)
-    return _rightsizing_rows(workload_rows(shown), _rightsizing(tables))
-
-
-def _rightsizing_rows(rows: Sequence[Mapping[str, Any]], summary: dict[str, Any]) -> Rightsizing:
-    flat = [_flat(r) for r in rows]
-    # A stable sort: rows saving the same (every keep and unknown) stay in the report's order.
-    ordered = sorted(
-        flat,
-        key=lambda r: (r["recommendation_kind"] not in RIGHTSIZE_CHANGES, -(r["monthly_savings_usd"] or 0.0)),
+    ordered = workloads.sort_values(["waste_usd", "allocated_gpu_hours"], ascending=False)
+    has = np.array([isinstance(k, str) for k in ordered["recommendation_kind"]], dtype=bool)
+    target = ordered["recommendation_target"]
+    flat = ordered.assign(
+        used_gpu_hours=ordered["used_gpu_hours"].astype("float64").fillna(0.0),
+        recommendation_kind=ordered["recommendation_kind"].where(has),
+        recommendation_target=target.where(has & target.notna().to_numpy() & (target.astype("str") != "")),
+        recommendation_reason=ordered["recommendation_reason"].where(has),
+        monthly_savings_usd=ordered["monthly_savings_usd"].astype("float64").where(has),
     )
-    return Rightsizing(workloads=[{k: r[k] for k in RIGHTSIZE_COLUMNS} for r in ordered], summary=summary)
+    return Rightsizing(table=_ranked(flat), summary=_rightsizing(tables))
+
+
+_RECOMMENDATION_TEXT = ("recommendation_kind", "recommendation_target", "recommendation_reason")
+
+
+def _ranked(flat: pd.DataFrame) -> pd.DataFrame:
+    """Rightsizing.table of flattened workload rows in the report's order: typed, then those with a change
+    first and the biggest savings first, in a stable sort (rows saving the same, every keep and unknown,
+    stay in the report's order)."""
+
+    def typed(k: str) -> "pd.Series[Any]":
+        if k in _WORKLOAD_TEXT:
+            return flat[k].astype("str")
+        if k in _RECOMMENDATION_TEXT:
+            return flat[k].astype(object).where(flat[k].notna(), None)
+        return flat[k].astype("float64")
+
+    out = pd.DataFrame({k: typed(k) for k in RIGHTSIZE_COLUMNS}).reset_index(drop=True)
+    savings = out["monthly_savings_usd"].to_numpy()
+    savings = np.where(np.isfinite(savings), savings, 0.0)
+    later = ~out["recommendation_kind"].isin(RIGHTSIZE_CHANGES).to_numpy()
+    order = np.lexsort((-savings, later))  # by the last key first; lexsort is stable
+    return out.iloc[order].reset_index(drop=True)
 
 
 def recommendations(frame: pd.DataFrame) -> list[dict[str, Any] | None]:

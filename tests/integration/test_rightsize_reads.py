@@ -109,9 +109,9 @@ def test_the_right_size_page_reads_seven_pod_families_and_shows_the_whole_report
     whole = open_view(_service(prom, kubeconfig), fleet.window, computed_at=NOW)
     expected = rightsizing_of(whole.report)
     _same(own, expected)
-    changes = [r for r in own.workloads if r["recommendation_kind"] in RIGHTSIZE_CHANGES]
+    changes = [r for r in own.rows() if r["recommendation_kind"] in RIGHTSIZE_CHANGES]
     assert len(changes) > 5 and own.summary["monthly_savings_usd"] > 0 and own.summary["pools"]
-    assert len(own.workloads) == len(whole.report["workloads"]) == view.workload_count()
+    assert len(own.rows()) == len(whole.report["workloads"]) == view.workload_count()
     # Once the report is read, right-sizing is derived from it (nothing more is sent), and is the same.
     assert whole.rightsizing() == expected
     before = len(sent)
@@ -131,19 +131,19 @@ def test_a_scoped_views_right_sizing_is_its_reports(
     view: FleetView = open_view(_service(prom, kubeconfig), fleet.window, computed_at=NOW).scoped(scope)
     own = view.rightsizing()
     assert own == rightsizing_of(view.report)
-    assert own.workloads and all(tuple(r) == RIGHTSIZE_COLUMNS for r in own.workloads)
+    assert own.rows() and all(tuple(r) == RIGHTSIZE_COLUMNS for r in own.rows())
     if scope.teams:
-        assert {r["team"] for r in own.workloads} == set(scope.teams)
+        assert {r["team"] for r in own.rows()} == set(scope.teams)
     else:
-        assert {r["pool"] for r in own.workloads} == set(scope.pools)
+        assert {r["pool"] for r in own.rows()} == set(scope.pools)
 
 
 def _same(got: Rightsizing, expected: Rightsizing) -> None:
     """The same rows in the same order and the same summary: numbers to 1e-9 (relative), else exactly."""
-    assert [(r["namespace"], r["pod"]) for r in got.workloads] == [
-        (r["namespace"], r["pod"]) for r in expected.workloads
+    assert [(r["namespace"], r["pod"]) for r in got.rows()] == [
+        (r["namespace"], r["pod"]) for r in expected.rows()
     ]
-    for g, e in zip(got.workloads, expected.workloads, strict=True):
+    for g, e in zip(got.rows(), expected.rows(), strict=True):
         _same_row(g, e)
     assert got.summary.keys() == expected.summary.keys()
     assert got.summary["gpus_freed"] == expected.summary["gpus_freed"]

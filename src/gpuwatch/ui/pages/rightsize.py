@@ -3,10 +3,9 @@
 from typing import Any
 
 import dash
-import pandas as pd
 from dash import Input, Output, callback, html
 
-from gpuwatch.report import RIGHTSIZE_CHANGES, RIGHTSIZE_COLUMNS
+from gpuwatch.report import RIGHTSIZE_CHANGES
 from gpuwatch.ui import ids
 from gpuwatch.ui.components import (
     POLL_PAUSED,
@@ -68,8 +67,7 @@ RECOMMENDATIONS_TITLE = "Recommendations, biggest savings first"
 @exporter("rightsize")
 def _export(loaded: Loaded, _filters: Filters, _arg: str) -> Export:
     assert loaded.view is not None
-    rows = loaded.view.rightsizing().workloads
-    return Export(frame=pd.DataFrame(rows, columns=list(RIGHTSIZE_COLUMNS)))
+    return Export(frame=loaded.view.rightsizing().table)
 
 
 def render(search: str | None) -> tuple[Any, ...]:
@@ -79,9 +77,8 @@ def render(search: str | None) -> tuple[Any, ...]:
     if view is None:
         return (*head, pending_note(loaded), pending_card(RECOMMENDATIONS_TITLE, loaded))
     rightsizing = view.rightsizing()
-    summary, rows = rightsizing.summary, rightsizing.workloads
-    changes = [r for r in rows if r["recommendation_kind"] in RIGHTSIZE_CHANGES]
-    unknown = sum(r["recommendation_kind"] == "unknown" for r in rows)
+    summary, workloads = rightsizing.summary, len(rightsizing.table)
+    changes, unknown = rightsizing.count(*RIGHTSIZE_CHANGES), rightsizing.count("unknown")
     kpis = [
         kpi("saved per month", usd(summary["monthly_savings_usd"]), "rightsize-savings", tone="gw-ok"),
         kpi(
@@ -90,7 +87,7 @@ def render(search: str | None) -> tuple[Any, ...]:
             "rightsize-freed",
             hint="net, first-fit decreasing per pool",
         ),
-        kpi("workloads to change", f"{len(changes):,}", "rightsize-changes"),
+        kpi("workloads to change", f"{changes:,}", "rightsize-changes"),
         kpi(
             "without a recommendation",
             f"{unknown:,}",
@@ -104,12 +101,13 @@ def render(search: str | None) -> tuple[Any, ...]:
             "rightsize",
             RECOMMENDATIONS_TITLE,
             COLUMNS,
-            rows,
+            rightsizing.rows(TOP_ROWS),
             limit=TOP_ROWS,
             empty_text="no GPU workloads",
             query=query,
-            more=f"showing {TOP_ROWS} of {len(rows):,}; the download has every workload"
-            if len(rows) > TOP_ROWS
+            total=workloads,
+            more=f"showing {TOP_ROWS} of {workloads:,}; the download has every workload"
+            if workloads > TOP_ROWS
             else "",
             note="Needs: p95 of the GPU-equivalents the workload kept busy and its peak GPU memory, plus 20% "
             "headroom. Savings: the hourly price difference at the window's end, for as long as the "
