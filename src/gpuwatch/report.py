@@ -115,7 +115,10 @@ def rightsizing_from_tables(workloads: pd.DataFrame, packing: pd.DataFrame | Non
     column: in the workload rows' order, used GPU-hours 0 where unknown, and the recommendation (none
     where its kind is not known, no target where it is empty) as workload_rows() and _flat() make them."""
     tables = {"workload": workloads, **({} if packing is None else {"packing": packing})}
-    ordered = workloads.sort_values(["waste_usd", "allocated_gpu_hours"], ascending=False)
+    missing = [c for c in RIGHTSIZE_COLUMNS if c not in workloads]  # no pod read: no recommendation
+    ordered = workloads.reindex(columns=[*workloads.columns, *missing]).sort_values(
+        ["waste_usd", "allocated_gpu_hours"], ascending=False
+    )
     has = np.array([isinstance(k, str) for k in ordered["recommendation_kind"]], dtype=bool)
     target = ordered["recommendation_target"]
     flat = ordered.assign(

@@ -86,8 +86,8 @@ def test_right_sizing_from_its_own_families_is_the_whole_reports() -> None:
     assert own == whole  # every field of every row, their order, the savings and the packing, exactly
     # The report's rows hold what right-sizing does not read: its rows leave those columns out.
     assert any(w["idle_since"] for w in report["workloads"])
-    assert all(tuple(r) == RIGHTSIZE_COLUMNS for r in own.workloads)
-    kinds = [(r["pod"], r["recommendation_kind"], r["recommendation_target"]) for r in own.workloads]
+    assert all(tuple(r) == RIGHTSIZE_COLUMNS for r in own.rows())
+    kinds = [(r["pod"], r["recommendation_kind"], r["recommendation_target"]) for r in own.rows()]
     # The changes first, by savings; equal savings (nb-1, inf-0: the same move over the same hours) and
     # every keep or unknown in the report's order, the most wasteful first.
     assert kinds == [
@@ -101,7 +101,7 @@ def test_right_sizing_from_its_own_families_is_the_whole_reports() -> None:
     assert [w["pod"] for w in report["workloads"]] == ["train-1", "l4-0", "inf-0", "train-0", "nb-1", "old-0"]
     # $4 − $0.80 an hour saved for the 36 of 60 h each held its GPU, over a 730-hour month.
     saved = (4.0 - 0.8) * 36 / 60 * 730
-    assert [r["monthly_savings_usd"] for r in own.workloads] == pytest.approx([saved, saved, 0, 0, 0, None])
+    assert [r["monthly_savings_usd"] for r in own.rows()] == pytest.approx([saved, saved, 0, 0, 0, None])
     # Held at the end: nb-1, train-0, train-1 and old-0 on 4 H100s, 3 once nb-1 moves to an L4 (a second).
     assert own.summary == {
         "monthly_savings_usd": pytest.approx(2 * saved),
@@ -133,5 +133,5 @@ def test_without_workload_rows_right_sizing_is_not_known() -> None:
     own = rightsizing_from_tables(
         *rightsizing_table(none, settings=SETTINGS, window=WINDOW, held_at_end=at_end)
     )
-    assert own.workloads == []
+    assert own.rows() == []
     assert own.summary["monthly_savings_usd"] is None
