@@ -48,8 +48,23 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install test-deps lint typecheck rules
-	GPUWATCH_TEST_KUBECTL=$(abspath $(DEBIAN_KUBECTL)) $(BIN)/python -m pytest
+test: install test-deps focus-validator lint typecheck rules
+	GPUWATCH_TEST_KUBECTL=$(abspath $(DEBIAN_KUBECTL)) \
+	GPUWATCH_TEST_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(BIN)/python -m pytest
+
+# The FinOps Foundation's focus-validator, which the FOCUS tests run, in a virtualenv of its own: it needs
+# Python >= 3.12 (pyenv's where the system's is older) and pins numpy below 2, so an older pyarrow beside it.
+FOCUS_VENV := .venv-focus
+FOCUS_PYTHON ?= $(shell python3.12 -c '' 2>/dev/null && command -v python3.12 || { \
+  v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12\.[0-9]+$$' | tail -1); \
+  [ -n "$$v" ] && echo "$$(pyenv prefix $$v)/bin/python3"; })
+.PHONY: focus-validator
+focus-validator: $(FOCUS_VENV)/.installed
+$(FOCUS_VENV)/.installed:
+	@test -n "$(FOCUS_PYTHON)" || { echo "focus-validator needs Python >= 3.12 and none was found"; exit 1; }
+	$(FOCUS_PYTHON) -m venv $(FOCUS_VENV)
+	$(FOCUS_VENV)/bin/pip install --quiet 'focus-validator==2.2.1' 'pyarrow<18'
+	touch $@
 
 # Prometheus rules: syntax (promtool check) and unit tests (promtool test), alerts/tests/*.yml.
 .PHONY: rules prometheusrule
@@ -65,4 +80,4 @@ bench: install
 	$(BIN)/python benchmarks/simulate.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) $(FOCUS_VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts

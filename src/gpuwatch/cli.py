@@ -94,7 +94,18 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--group-by", choices=("team", "namespace", "workload", "pool", "cluster"), default="team"
     )
-    report.add_argument("--format", choices=("table", "json", "csv", "parquet", "html"), default="table")
+    report.add_argument(
+        "--format",
+        choices=("table", "json", "csv", "parquet", "html", "focus"),
+        default="table",
+        help="focus: FOCUS 1.2 cost and usage rows (CSV; Parquet when --output ends in .parquet)",
+    )
+    report.add_argument(
+        "--focus-period",
+        choices=("hour", "day"),
+        default="day",
+        help="--format focus: the charge period of a row (default day)",
+    )
     report.add_argument("--output", "-o", help="write to this file instead of standard output")
     report.add_argument(
         "--source",
@@ -368,15 +379,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     )
     from gpuwatch.views.reader import prefers_recorded
 
-    if args.demo:
-        from gpuwatch.service import demo_end
-
-        # The simulated history starts early enough for the window: no day before it is invented.
-        window = _report_window(args, demo_end())
-        service = _service(args, history_days=(demo_end() - window.start).total_seconds() / 86_400 + 1)
-    else:
-        service = _service(args)
-        window = _report_window(args, service.now())
+    service, window = _report_service(args)
+    if args.format == "focus":
+        return _write(args, _focus(args, service, window))
     report: Report | None = None
     source = SOURCE_HISTORY
     if wants_history(args.source, demo=args.demo, costly=lambda: prefers_recorded(service, window)):
@@ -402,7 +407,50 @@ def _cmd_report(args: argparse.Namespace) -> int:
         analysis = service.analysis(window)
         health_events = _health_events(service, window, analysis.nodes)
         report = build_report(analysis, health=health_events, queues=service.queue_setup())
-    data = render(report, args.format, group_by=args.group_by, source=source)
+    return _write(args, render(report, args.format, group_by=args.group_by, source=source))
+
+
+def _report_service(args: argparse.Namespace) -> tuple["FleetService", "Window"]:
+    """The service a one-shot report reads and its window."""
+    if args.demo:
+        from gpuwatch.service import demo_end
+
+        # The simulated history starts early enough for the window: no day before it is invented.
+        window = _report_window(args, demo_end())
+        return _service(args, history_days=(demo_end() - window.start).total_seconds() / 86_400 + 1), window
+    service = _service(args)
+    return service, _report_window(args, service.now())
+
+
+def _focus(args: argparse.Namespace, service: "FleetService", window: "Window") -> bytes:
+    """The window's FOCUS rows, on the read path a report of it takes."""
+    from gpuwatch.chargeback import raw_charges, read_charges
+    from gpuwatch.focus import PERIODS, focus_rows, render_focus
+    from gpuwatch.history import NoHistoryError, wants_history
+    from gpuwatch.views.reader import prefers_recorded
+
+    period = PERIODS[args.focus_period]
+    charges = None
+    if wants_history(args.source, demo=args.demo, costly=lambda: prefers_recorded(service, window)):
+        try:
+            charges = read_charges(
+                service.settings, window, store=service.sources.recorded(), period_seconds=period
+            )
+        except NoHistoryError as e:
+            if args.source == "history":
+                raise
+            print(f"gpuwatch: {e}; recomputing from raw DCGM series", file=sys.stderr)
+    if charges is None:
+        charges = raw_charges(service.analysis(window), period_seconds=period)
+    rows, warnings = focus_rows(charges, window=window, names=service.settings.focus)
+    for warning in warnings:
+        print(f"gpuwatch: warning: {warning}", file=sys.stderr)
+    parquet = bool(args.output) and str(args.output).endswith(".parquet")
+    return render_focus(rows, "parquet" if parquet else "csv")
+
+
+def _write(args: argparse.Namespace, data: bytes) -> int:
+    """The report's bytes to --output, or to standard output (never Parquet's)."""
     if args.output:
         try:
             with open(args.output, "wb") as out:

@@ -69,6 +69,17 @@ class UiSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FocusSettings:
+    """The names FOCUS rows carry for who provides, publishes and invoices the GPUs."""
+
+    provider_name: str = "GPU platform"
+    publisher_name: str = "gpuwatch"
+    invoice_issuer_name: str = "GPU platform"  # another than the provider: the rows bill nothing (FOCUS)
+    billing_account_id: str = "gpu-fleet"
+    billing_account_name: str = "GPU fleet"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
@@ -78,6 +89,7 @@ class Settings:
     budgets: Budgets = field(default_factory=Budgets)
     views: ViewSettings = field(default_factory=ViewSettings)
     ui: UiSettings = field(default_factory=UiSettings)
+    focus: FocusSettings = field(default_factory=FocusSettings)
     clusters: tuple[ClusterSettings, ...] = ()  # empty: one cluster, as `kubernetes` and `prometheus` say
 
     @property
@@ -117,6 +129,13 @@ _SCHEMA: dict[str, dict[str, str]] = {
     "budgets": {"monthly_usd": "usd_map", "idle_usd_per_hour": "usd_map"},
     "views": {"raw_max_gpu_samples": "count"},
     "ui": {"deadline": "duration"},
+    "focus": {
+        "provider_name": "str",
+        "publisher_name": "str",
+        "invoice_issuer_name": "str",
+        "billing_account_id": "str",
+        "billing_account_name": "str",
+    },
 }
 # Top-level keys holding a list rather than a section of keys.
 _LISTS = {"clusters"}
@@ -446,4 +465,5 @@ def _build(v: Mapping[str, Any]) -> Settings:
         ),
         views=ViewSettings(raw_max_gpu_samples=pick("views.raw_max_gpu_samples", 1_000_000)),
         ui=UiSettings(deadline_seconds=pick("ui.deadline", 30.0)),
+        focus=FocusSettings(**{k: v[f"focus.{k}"] for k in _SCHEMA["focus"] if v[f"focus.{k}"] is not None}),
     )

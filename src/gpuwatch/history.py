@@ -1,8 +1,9 @@
 """Long-window reports from gpuwatch's own low-cardinality gpuwatch_* series (SPEC §4.3), no raw DCGM."""
 
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from itertools import pairwise
@@ -51,7 +52,7 @@ WORKLOAD_KEYS = ("namespace", "pod", "team")
 SUMMED_USAGE = ("allocated_gpu_hours", "idle_gpu_hours", "unknown_gpu_hours", "cost_usd", "waste_usd")
 
 
-# Rows of a piece and pool -> each row's USD per GPU-hour (_price_lookup).
+# Rows of a piece and pool -> each row's USD per GPU-hour (price_lookup).
 PriceOf = Callable[[pd.DataFrame], "np.ndarray[Any, np.dtype[np.float64]]"]
 
 
@@ -89,6 +90,31 @@ def wants_history(source: str, *, demo: bool = False, costly: Callable[[], bool]
     return source == "history"
 
 
+def no_history(store: HistoryStore, window: Window) -> NoHistoryError:
+    """The error of a store that holds none of the window."""
+    return NoHistoryError(
+        f"{store.where} holds no gpuwatch_* series from {_iso(window.start)} to "
+        f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
+    )
+
+
+@contextmanager
+def history_store(settings: Settings, store: HistoryStore | None) -> Iterator[HistoryStore]:
+    """`store`, or else the history in the Prometheus the settings name (closed when done)."""
+    if store is not None:
+        yield store
+        return
+    if not settings.prometheus.url:
+        raise ConfigError(
+            "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
+        )
+    own = PrometheusSource.from_settings(settings.prometheus)
+    try:
+        yield PrometheusHistory(own)
+    finally:
+        own.close()
+
+
 def read_history(
     settings: Settings,
     window: Window,
@@ -105,15 +131,7 @@ def read_history(
     below WORKLOAD they come from sums Prometheus makes per namespace and from the idle pods' families
     (a tenth of the pods), not from every pod's families (a month's ~50,000 pods, several times over),
     which a report writing no workload row need not read."""
-    own = None
-    if store is None:
-        if not settings.prometheus.url:
-            raise ConfigError(
-                "no Prometheus URL: pass --prometheus-url, set GPUWATCH_PROMETHEUS_URL or the config"
-            )
-        own = PrometheusSource.from_settings(settings.prometheus)
-        store = PrometheusHistory(own)
-    try:
+    with history_store(settings, store) as store:
         cuts = price_cuts(settings, window)
         if detail not in DETAILS:
             raise ConfigError(f"detail must be one of {', '.join(DETAILS)}, got {detail!r}")
@@ -124,10 +142,7 @@ def read_history(
         else:
             sums = _namespace_sums(store, window, piece_seconds=piece_seconds, cuts=cuts, detail=detail)
         if not (sums.pieces["samples"] > 0).any():
-            raise NoHistoryError(
-                f"{store.where} holds no gpuwatch_* series from {_iso(window.start)} to "
-                f"{_iso(window.end)} (was `gpuwatch export` scraped?)"
-            )
+            raise no_history(store, window)
         history = assemble(
             sums,
             window=window,
@@ -139,9 +154,6 @@ def read_history(
             tables = history.tables
             history = replace(history, tables={**tables, "namespace": tables["namespace"][0:0]})
         return replace(history, workloads_read=detail == WORKLOAD)
-    finally:
-        if own is not None:
-            own.close()
 
 
 def _held_at_end(store: HistoryStore, pieces: pd.DataFrame) -> set[tuple[str, str]]:
@@ -362,7 +374,7 @@ def assemble(
     """
     hours = SampleHours(sums.pieces)
     prices = _published_prices(sums)
-    price_of = _price_lookup(settings, sums)
+    price_of = price_lookup(settings, sums)
     pool_hours = _pool_ledger(sums, hours)
     ledger = {f"{s}_gpu_hours": float(pool_hours[f"{s}_gpu_hours"].sum()) for s in LEDGER_STATES}
     states = sums.pool_states
@@ -381,7 +393,7 @@ def assemble(
             "unavailable_cost_usd": [dollars("unavailable")],
         }
     )
-    energy_rate = _energy_rate_lookup(settings, sums)
+    energy_rate = energy_rate_lookup(settings, sums)
     workloads = _workloads(sums, hours, price_of, energy_rate)
     teams = _teams(sums, hours)
     namespaces = _namespaces(sums, hours, price_of, energy_rate)
@@ -594,7 +606,7 @@ def _pool_ledger(sums: HistorySums, hours: SampleHours) -> pd.DataFrame:
     return wide.rename_axis(index="pool").reset_index()
 
 
-def _price_lookup(settings: Settings, sums: HistorySums) -> "PriceOf":
+def price_lookup(settings: Settings, sums: HistorySums) -> "PriceOf":
     """Each row's price (rows of a piece and pool): what the exporter published in the piece (its mean
     there), else the price book's in force at the piece's middle. A piece ends where a price changes
     (price_cuts()), so it holds one rate. Looked up once per piece and pool, not per row (a month holds
@@ -661,7 +673,7 @@ def idle_workloads(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     longer in the window)."""
     hours = SampleHours(sums.pieces)
     idle = hours.by(sums.pod_idle, list(POD_KEYS), "idle_gpu_hours")
-    waste = _priced(sums.pod_idle, hours, _price_lookup(settings, sums), POD_KEYS, "waste_usd")
+    waste = _priced(sums.pod_idle, hours, price_lookup(settings, sums), POD_KEYS, "waste_usd")
     idle = idle.merge(waste, on=list(POD_KEYS), how="left")
     idle = idle[idle["idle_gpu_hours"] > 0]
     by_workload = idle.groupby(list(WORKLOAD_KEYS), as_index=False, sort=True)
@@ -677,7 +689,7 @@ def workload_table(sums: HistorySums, *, settings: Settings) -> pd.DataFrame:
     """assemble()'s workload table alone, without right-sizing: one row per pod of the pod families in
     `sums` (their recommendation None: not read, so not known, never unknown)."""
     hours = SampleHours(sums.pieces)
-    return _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
+    return _workloads(sums, hours, price_lookup(settings, sums), energy_rate_lookup(settings, sums))
 
 
 # The per-pod families rightsizing_table() reads: the GE-hours its rows show (allocated, busy, unknown,
@@ -707,7 +719,7 @@ def rightsizing_table(
     columns made of them (idle_since, the idle split, energy) are then not known. Every other column is
     assemble()'s exactly: the same rows in the same order, the same recommendations and packing."""
     hours = SampleHours(sums.pieces)
-    workloads = _workloads(sums, hours, _price_lookup(settings, sums), _energy_rate_lookup(settings, sums))
+    workloads = _workloads(sums, hours, price_lookup(settings, sums), energy_rate_lookup(settings, sums))
     table, packing, _ = _rightsized(
         workloads,
         sums,
@@ -794,7 +806,7 @@ def _energy(
     return frame.groupby(list(keys), as_index=False, sort=True).sum(min_count=1)
 
 
-def _energy_rate_lookup(settings: Settings, sums: HistorySums) -> "PriceOf":
+def energy_rate_lookup(settings: Settings, sums: HistorySums) -> "PriceOf":
     """Each row's USD per kWh drawn by a GPU (rows of a piece): PUE × the tariff in force at its piece's
     middle (a piece ends where the tariff changes, price_cuts()); NaN without pricing.energy."""
     tariff = settings.pricing.energy

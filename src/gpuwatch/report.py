@@ -40,7 +40,7 @@ GROUPS = {
 # (additions: every version-1 field keeps its name; allocated_active no longer counts unknown hours).
 # 3: teams' budget_usd and forecast_month_usd, teams' and workloads' held and abandoned idle GPU-hours
 # (additions: every version-2 field keeps its name).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _EPSILON_HOURS = 1e-9  # float noise of a difference of GE-hour sums
 SOURCE_RAW = "raw (DCGM series and the Kubernetes API, recomputed)"
 SOURCE_HISTORY = "history (gpuwatch_* series recorded by `gpuwatch export`)"
@@ -763,6 +763,13 @@ def report_from_tables(
             "waste_usd": float(ledger_row["waste_usd"]),
             "unallocated_cost_usd": float(ledger_row["unallocated_cost_usd"]),
             "stranded_cost_usd": float(ledger_row["stranded_cost_usd"]),
+            "unavailable_cost_usd": float(ledger_row["unavailable_cost_usd"]),
+            # Every GPU-hour of capacity at its price: the dollars of the six ledger states add up to it.
+            "capacity_cost_usd": float(
+                ledger_row[
+                    ["cost_usd", "unallocated_cost_usd", "stranded_cost_usd", "unavailable_cost_usd"]
+                ].sum()
+            ),
             **{
                 k: _num(fleet_usage.get(k)) if fleet_usage is not None else None
                 for k in (*ENERGY, "unallocated_energy_kwh")

@@ -397,3 +397,22 @@ RECLAIM_CANDIDATES = Contract(
         "borrowing": "bool",
     },
 )
+# Per charge period × workload (namespace, pod, team) or fleet state × pool × cluster (analytics.charges):
+# state one of the six ledger states, or "energy" (gpu_hours then holds kWh; unknown energy NaN). The
+# dollars: effective_usd as the report prices a GPU-hour, list_usd at the on-demand price in force.
+CHARGES = Contract(
+    "charges",
+    {
+        "period_start": "time",
+        "period_end": "time",
+        "cluster": "str",
+        "pool": "str",
+        "team": "str",
+        "namespace": "str",
+        "pod": "str",
+        "state": "str",
+        "gpu_hours": "float",
+        "effective_usd": "float",
+        "list_usd": "float",
+    },
+)

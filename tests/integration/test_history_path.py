@@ -20,6 +20,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -27,7 +28,9 @@ import pandas as pd
 import pytest
 
 from gpuwatch.analysis import usage_tables
+from gpuwatch.chargeback import read_charges
 from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.focus import focus_rows, render_focus
 from gpuwatch.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
 from gpuwatch.model import LEDGER_STATES, Commitment, DatedPrice, Window
 from gpuwatch.report import build_history_report, build_report, json_schema
@@ -35,6 +38,7 @@ from gpuwatch.service import FleetService, LiveSources, demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from tests.integration.focus_check import assert_adds_up, assert_conforms, validate
 from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration
@@ -365,6 +369,28 @@ def test_committed_gpus_cost_the_same_on_both_paths(
             for column in ("cost_usd", "waste_usd", "stranded_cost_usd", "usd_per_gpu_hour"):
                 if column in row:
                     assert got[key][column] == pytest.approx(row[column], rel=1e-9, abs=1e-9), (key, column)
+
+
+def test_focus_rows_of_the_history_path_add_up_and_pass_the_validator(
+    fleet: SimulatedFleet, committed: Settings, tmp_path: Path
+) -> None:
+    """Hourly FOCUS rows read from gpuwatch_* series (pieces cut at every hour) under the H100
+    commitment: they add up to the history report of the same window, and focus-validator passes them."""
+    charges = read_charges(committed, fleet.window, store=None, period_seconds=3600)
+    rows, warnings = focus_rows(charges, window=fleet.window, names=committed.focus)
+    assert warnings == []
+    path = tmp_path / "focus.csv"
+    path.write_bytes(render_focus(rows, "csv"))
+    assert_conforms(validate(path, tmp_path))
+    written = pd.read_csv(path)
+    assert_adds_up(written, build_history_report(read_history(committed, fleet.window)))
+    assert written["ChargePeriodStart"].nunique() == 24
+    # From the tenth hour 20 of the 32 H100s are committed at $3.00: $3.375 a GPU-hour, $4.00 listed.
+    h100 = written[(written["SkuId"] == H100) & (written["PricingQuantity"] > 1e-6)]
+    late = pd.to_datetime(h100["ChargePeriodStart"]) >= fleet.window.start + timedelta(hours=10)
+    assert h100.loc[late, "ContractedUnitPrice"].to_numpy() == pytest.approx(3.375)
+    assert h100.loc[late, "ListUnitPrice"].to_numpy() == pytest.approx(4.0)
+    assert h100.loc[~late, "ContractedUnitPrice"].to_numpy() == pytest.approx(4.0)
 
 
 STATE_USD = ("cost_usd", "unallocated_cost_usd", "stranded_cost_usd", "unavailable_cost_usd")

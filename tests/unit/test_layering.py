@@ -36,6 +36,10 @@ ALLOWED = {
     # queues turns Kueue's objects and a report's rows into queue tables (pure analytics under it).
     "queues": BASE | {"analytics"},
     "report": BASE | {"analysis", "history", "queues"},
+    # chargeback cuts a window's numbers by charge period on either read path; focus writes them as
+    # FOCUS rows (a surface, as report is).
+    "chargeback": BASE | {"analysis", "analytics", "history", "sources"},
+    "focus": BASE | {"analytics"},
     "exporter": BASE | {"service", "series"},
     # views answer a window on one of two read paths: raw (service) or recorded history (history, and
     # the PromQL reads of sources.prometheus); the service's sources say whether history exists.
@@ -45,7 +49,9 @@ ALLOWED = {
     "cli": BASE
     | {
         "backfill",
+        "chargeback",
         "check",
+        "focus",
         "health",
         "service",
         "simulation",

@@ -51,7 +51,7 @@ def test_demo_report_from_the_cli_validates_against_the_schema() -> None:
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     jsonschema.validate(document, json_schema())
-    assert document["schema_version"] == 3
+    assert document["schema_version"] == 4
     assert len(document["teams"]) >= 12
 
 

@@ -60,6 +60,13 @@ class PoolRates:
             gpus[mine] = np.where(times[at] == ns[mine], rows["gpus"].to_numpy()[at], np.nan)
         return self.book.rates(names, codes, seconds, gpus)
 
+    def listed(self, pools: "pd.Series[Any]", timestamps: "pd.Series[Any]") -> "npt.NDArray[np.float64]":
+        """Per row, the on-demand price of its pool in force at its timestamp: at() without commitments."""
+        codes, uniques = pd.factorize(pools)
+        names = [str(p) for p in uniques] + [""]
+        codes = np.where(codes < 0, len(names) - 1, codes)
+        return self.book.rates(names, codes, _epoch_ns(timestamps) / 1e9)
+
     def quoted(self, pool: str, at: datetime) -> float:
         """A pool's price as a table quotes it: in force at `at`, its commitments blended by its GPUs at
         the last sample by then."""
