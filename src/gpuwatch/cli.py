@@ -8,23 +8,21 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar
 
 from gpuwatch import __version__
 from gpuwatch.config import Settings, load_settings
-from gpuwatch.errors import ConfigError, DataError, GpuwatchError, SourceError
-from gpuwatch.model import utc
-from gpuwatch.units import parse_duration_seconds
+from gpuwatch.errors import ConfigError, GpuwatchError, SourceError
 
 if TYPE_CHECKING:
-    from gpuwatch.model import Window
+    from gpuwatch.exports import WindowRequest
     from gpuwatch.service import FleetService
     from gpuwatch.simulation import SimulationParams
 
 # 1: `gpuwatch check` found a problem (one line each on stderr); 2: usage or config; 3: a source unreachable.
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
+T = TypeVar("T")
 
 
 # The cycle collector's generation-0 threshold (Python's default is 700 allocations): a month's answers
@@ -245,30 +243,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _iso_time(text: str) -> datetime:
-    try:
-        return utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from e
+    from gpuwatch.exports import parse_instant
+
+    return _argument(parse_instant, text)
 
 
 def _duration_seconds(text: str) -> float:
-    try:
-        seconds = parse_duration_seconds(text)
-    except DataError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r}")
-    return seconds
+    from gpuwatch.exports import parse_length
+
+    return _argument(parse_length, text)
 
 
 def _step_seconds(text: str) -> int:
+    from gpuwatch.exports import parse_step
+
+    return _argument(parse_step, text)
+
+
+def _argument(parse: "Callable[[str], T]", text: str) -> "T":
+    """parse(text), its one-line error argparse's."""
     try:
-        seconds = parse_duration_seconds(text)
-    except DataError as e:
+        return parse(text)
+    except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from e
-    if seconds < 1 or seconds != int(seconds):
-        raise argparse.ArgumentTypeError(f"step must be a whole number of seconds >= 1, got {text!r}")
-    return int(seconds)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -308,19 +305,12 @@ def _service(
     return FleetService.live(settings, watch_cluster=long_running, field_seconds=field_seconds)
 
 
-def _report_window(args: argparse.Namespace, now: datetime) -> "Window":
-    """The report's [start, end) from --start/--since and --end/--until; `now` (the end by default) is
-    floored to the step, so the last sample is a whole one and equals the dashboard's."""
-    from gpuwatch.model import Window
+def _window_request(args: argparse.Namespace) -> "WindowRequest":
+    from gpuwatch.exports import WindowRequest
 
-    if args.since is not None and args.start is not None:
-        raise ConfigError("--since and --start both set the window's start: give one of them")
-    end = args.end or datetime.fromtimestamp(now.timestamp() // args.step * args.step, UTC)
-    if args.start is not None:
-        start = args.start
-    else:
-        start = end - timedelta(seconds=args.since if args.since is not None else 86_400)
-    return Window(start=start, end=end, step_seconds=args.step).coarsened()
+    return WindowRequest(
+        start=args.start, end=args.end, since_seconds=args.since, step_seconds=args.step, source=args.source
+    )
 
 
 GUNICORN_HINT = "for production, run it under gunicorn: gunicorn -c gunicorn.conf.py app:server"
@@ -367,86 +357,35 @@ def _reading(args: argparse.Namespace, service: "FleetService") -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from gpuwatch.history import NoHistoryError, read_history, wants_history
-    from gpuwatch.report import (
-        SOURCE_HISTORY,
-        SOURCE_RAW,
-        Report,
-        build_history_report,
-        build_report,
-        detail_written,
-        render,
-    )
-    from gpuwatch.views.reader import prefers_recorded
+    from gpuwatch.exports import focus_bytes, window_report
+    from gpuwatch.report import SOURCE_RAW, render
 
-    service, window = _report_service(args)
-    if args.format == "focus":
-        return _write(args, _focus(args, service, window))
-    report: Report | None = None
-    source = SOURCE_HISTORY
-    if wants_history(args.source, demo=args.demo, costly=lambda: prefers_recorded(service, window)):
-        # The API server is listed for the health events while Prometheus sums the window.
-        with ThreadPoolExecutor(max_workers=2) as aside:
-            health = aside.submit(_health_events, service, window)
-            queues = aside.submit(service.queue_setup)
-            try:
-                detail = detail_written(args.format, group_by=args.group_by)
-                store = service.sources.recorded()
-                history = read_history(service.settings, window, store=store, detail=detail)
-                report = build_history_report(history, health=health.result(), queues=queues.result())
-            except NoHistoryError as e:
-                if args.source == "history":
-                    raise
-                print(f"gpuwatch: {e}; recomputing from raw DCGM series", file=sys.stderr)
-    if report is None:
-        source = SOURCE_RAW
-        if window.step_seconds != args.step:
-            print(
-                f"gpuwatch: step raised to {window.step_seconds}s (11,000 points per series)", file=sys.stderr
-            )
-        analysis = service.analysis(window)
-        health_events = _health_events(service, window, analysis.nodes)
-        report = build_report(analysis, health=health_events, queues=service.queue_setup())
-    return _write(args, render(report, args.format, group_by=args.group_by, source=source))
-
-
-def _report_service(args: argparse.Namespace) -> tuple["FleetService", "Window"]:
-    """The service a one-shot report reads and its window."""
+    request = _window_request(args)
     if args.demo:
         from gpuwatch.service import demo_end
 
         # The simulated history starts early enough for the window: no day before it is invented.
-        window = _report_window(args, demo_end())
-        return _service(args, history_days=(demo_end() - window.start).total_seconds() / 86_400 + 1), window
-    service = _service(args)
-    return service, _report_window(args, service.now())
+        window = request.window(demo_end())
+        service = _service(args, history_days=(demo_end() - window.start).total_seconds() / 86_400 + 1)
+    else:
+        service = _service(args)
+        window = request.window(service.now())
+    if args.format == "focus":
+        parquet = bool(args.output) and str(args.output).endswith(".parquet")
+        data = focus_bytes(
+            service, window, source=args.source, period=args.focus_period, parquet=parquet, warn=_say
+        )
+        return _write(args, data)
+    report, source = window_report(
+        service, window, source=args.source, detail_for=(args.format, args.group_by), warn=_say
+    )
+    if source == SOURCE_RAW and window.step_seconds != args.step:
+        _say(f"step raised to {window.step_seconds}s (11,000 points per series)")
+    return _write(args, render(report, args.format, group_by=args.group_by, source=source))
 
 
-def _focus(args: argparse.Namespace, service: "FleetService", window: "Window") -> bytes:
-    """The window's FOCUS rows, on the read path a report of it takes."""
-    from gpuwatch.chargeback import raw_charges, read_charges
-    from gpuwatch.focus import PERIODS, focus_rows, render_focus
-    from gpuwatch.history import NoHistoryError, wants_history
-    from gpuwatch.views.reader import prefers_recorded
-
-    period = PERIODS[args.focus_period]
-    charges = None
-    if wants_history(args.source, demo=args.demo, costly=lambda: prefers_recorded(service, window)):
-        try:
-            charges = read_charges(
-                service.settings, window, store=service.sources.recorded(), period_seconds=period
-            )
-        except NoHistoryError as e:
-            if args.source == "history":
-                raise
-            print(f"gpuwatch: {e}; recomputing from raw DCGM series", file=sys.stderr)
-    if charges is None:
-        charges = raw_charges(service.analysis(window), period_seconds=period)
-    rows, warnings = focus_rows(charges, window=window, names=service.settings.focus)
-    for warning in warnings:
-        print(f"gpuwatch: warning: {warning}", file=sys.stderr)
-    parquet = bool(args.output) and str(args.output).endswith(".parquet")
-    return render_focus(rows, "parquet" if parquet else "csv")
+def _say(message: str) -> None:
+    print(f"gpuwatch: {message}", file=sys.stderr)
 
 
 def _write(args: argparse.Namespace, data: bytes) -> int:
@@ -462,17 +401,6 @@ def _write(args: argparse.Namespace, data: bytes) -> int:
     else:
         sys.stdout.write(data.decode())
     return EXIT_OK
-
-
-def _health_events(service: "FleetService", window: "Window", nodes: Any = None) -> Any:
-    """The report's health events; a report without them (and a warning) if the sources fail."""
-    from gpuwatch.health import health_events_now
-
-    try:
-        return health_events_now(service, window, nodes)
-    except SourceError as e:
-        print(f"gpuwatch: warning: health events not read: {e}", file=sys.stderr)
-        return None
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

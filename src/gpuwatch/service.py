@@ -494,6 +494,14 @@ class FleetService:
         settings = load_settings()
         return cls.live(settings, watch_cluster=True) if settings.prometheus.url else cls.demo(settings)
 
+    @property
+    def simulated(self) -> bool:
+        """Whether this is the simulated fleet (the demo), which keeps no Prometheus history."""
+        members = (
+            self.sources.members if isinstance(self.sources, MultiClusterSources) else {"": self.sources}
+        )
+        return all(isinstance(m, SimulatedSources) for m in members.values())
+
     def history_start(self) -> datetime | None:
         """Where the sources' history begins, when they know (the simulated fleet's first sample)."""
         return self.sources.history_start()

@@ -26,6 +26,7 @@ from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.conftest import DEMO_METRICS
 from tests.integration.faultproxy import FaultProxy, Mode
 from tests.integration.prom import PrometheusFactory, free_port
+from tests.integration.served import get, serve
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -311,3 +312,28 @@ def test_a_missing_kubeconfig_stops_serve_and_export_before_they_listen(
         result.stderr
         == f"gpuwatch: error: kubernetes: cannot read kubeconfig {missing}: No such file or directory\n"
     )
+
+
+@pytest.mark.parametrize("fault", ["hang", "reset"])
+def test_the_api_answers_503_naming_the_failing_source_and_recovers(
+    rig: Rig, baseline: dict[str, Any], fault: Mode
+) -> None:
+    """serve's /api/v1/report with Prometheus hung or resetting: a 503 naming its URL, within the
+    deadline plus 10 s; the same report as the CLI's once the proxy relays again."""
+    window = (
+        f"start={rig.fleet.window.start:%Y-%m-%dT%H:%M:%SZ}&end={rig.fleet.window.end:%Y-%m-%dT%H:%M:%SZ}"
+    )
+    with serve(*rig.args()) as url:
+        rig.prometheus.mode = fault
+        try:
+            started = time.monotonic()
+            status, _, body = get(f"{url}/api/v1/report?{window}&source=raw", auth=None)
+            waited = time.monotonic() - started
+        finally:
+            rig.prometheus.mode = "relay"
+        assert status == 503, body
+        error = json.loads(body)["error"]
+        _expect_said(error, "prometheus", fault, rig.url("prometheus"))
+        assert waited < TIMEOUT_SECONDS + 10
+        status, _, body = get(f"{url}/api/v1/report?{window}&source=raw", auth=None)
+        assert status == 200 and json.loads(body)["fleet"] == baseline["fleet"]

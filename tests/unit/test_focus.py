@@ -4,6 +4,7 @@ import io
 import json
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -118,13 +119,13 @@ def test_charges_split_by_day_state_and_price_by_hand() -> None:
     }
     assert set(got.index) == set(expected)
     for key, (hours, effective, listed) in expected.items():
-        row = got.loc[key]
+        row = got.xs(key)
         assert (row["gpu_hours"], row["effective_usd"], row["list_usd"]) == pytest.approx(
             (hours, effective, listed), nan_ok=True
         ), key
     assert set(got["cluster"]) == {"east"}
     assert (got["period_end"] - got.index.get_level_values("period_start") == pd.Timedelta(days=1)).all()
-    assert set(got.loc[(nov, "unallocated", "")][["team", "namespace"]]) == {""}
+    assert set(got.xs((nov, "unallocated", ""))[["team", "namespace"]]) == {""}
 
 
 def test_hourly_periods_add_up_to_the_daily_ones() -> None:
@@ -214,7 +215,7 @@ def test_csv_and_parquet_carry_the_same_rows() -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_day() -> tuple[dict, pd.DataFrame]:
+def demo_day() -> tuple[dict[str, Any], pd.DataFrame]:
     """The demo's last day on the raw path: its report and its charges per hour."""
     end = demo_end()
     window = Window(start=end - timedelta(days=1), end=end)
@@ -223,7 +224,7 @@ def demo_day() -> tuple[dict, pd.DataFrame]:
     return build_report(analysis), raw_charges(analysis, period_seconds=3600)
 
 
-def test_demo_rows_add_up_to_the_report(demo_day: tuple[dict, pd.DataFrame]) -> None:
+def test_demo_rows_add_up_to_the_report(demo_day: tuple[dict[str, Any], pd.DataFrame]) -> None:
     report, hourly = demo_day
     fleet = report["fleet"]
     usd = hourly.groupby("state")["effective_usd"].sum()

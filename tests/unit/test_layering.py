@@ -40,18 +40,19 @@ ALLOWED = {
     # FOCUS rows (a surface, as report is).
     "chargeback": BASE | {"analysis", "analytics", "history", "sources"},
     "focus": BASE | {"analytics"},
+    # exports: what `gpuwatch report` writes and serve's API answers, on the read path a window asks for.
+    "exports": BASE | {"chargeback", "focus", "health", "history", "report", "service", "views"},
     "exporter": BASE | {"service", "series"},
     # views answer a window on one of two read paths: raw (service) or recorded history (history, and
     # the PromQL reads of sources.prometheus); the service's sources say whether history exists.
     "views": BASE | {"service", "analysis", "history", "queues", "report", "series", "sources"},
     # ui draws views and shows the report's numbers; never sources or analytics.
-    "ui": BASE | {"service", "analysis", "health", "report", "views"},
+    "ui": BASE | {"service", "analysis", "exports", "health", "report", "views"},
     "cli": BASE
     | {
         "backfill",
-        "chargeback",
         "check",
-        "focus",
+        "exports",
         "health",
         "service",
         "simulation",

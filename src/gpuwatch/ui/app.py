@@ -17,6 +17,7 @@ from werkzeug.serving import make_server
 from gpuwatch.errors import ConfigError
 from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources
 from gpuwatch.ui import ids
+from gpuwatch.ui.api import install_api
 from gpuwatch.ui.components import STORE_KEY, current_store, load
 from gpuwatch.ui.data import ViewStore
 from gpuwatch.ui.downloads import register_download_callback
@@ -56,6 +57,7 @@ def create_app(
     if users is not None:
         install_basic_auth(app.server, users)
     _install_readiness(app.server, store)
+    install_api(app.server, service)
     if warm:
         store.warm()
     else:
