@@ -28,6 +28,7 @@ from gpuwatch.views.reader import prefers_recorded
 
 SOURCES = ("auto", "history", "raw")
 GROUPS = ("team", "namespace", "workload", "pool", "cluster")
+FOCUS_PERIODS = tuple(PERIODS)  # a FOCUS row's charge period: "hour" or "day"
 DEFAULT_WINDOW_SECONDS = 86_400.0
 Warn = Callable[[str], None]  # told each warning of the read (the CLI prints them)
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from gpuwatch.errors import ConfigError, GpuwatchError
 from gpuwatch.exports import (
+    FOCUS_PERIODS,
     GROUPS,
     SOURCES,
     WindowRequest,
@@ -24,7 +25,6 @@ from gpuwatch.exports import (
     parse_step,
     report_bytes,
 )
-from gpuwatch.focus import PERIODS
 from gpuwatch.report import Report, render
 from gpuwatch.service import FleetService
 from gpuwatch.views.base import Scope
@@ -130,7 +130,7 @@ def _report(service: FleetService, query: Mapping[str, str]) -> bytes:
 def _focus(service: FleetService, query: Mapping[str, str]) -> bytes:
     """The FOCUS CSV of `gpuwatch report --format focus`; team, pool and cluster keep the rows tagged so."""
     request, window = _window(service, query)
-    period = _one_of("period", query.get("period", "day"), tuple(PERIODS))
+    period = _one_of("period", query.get("period", "day"), FOCUS_PERIODS)
     data = focus_bytes(service, window, source=request.source, period=period)
     scope = {f"gpuwatch/{k}": query[k] for k in FILTERS if k in query}
     if not scope:
