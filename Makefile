@@ -57,7 +57,8 @@ test: install test-deps focus-validator lint typecheck rules
 FOCUS_VENV := .venv-focus
 FOCUS_PYTHON ?= $(shell python3.12 -c '' 2>/dev/null && command -v python3.12 || { \
   v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12\.[0-9]+$$' | tail -1); \
-  [ -n "$$v" ] && echo "$$(pyenv prefix $$v)/bin/python3"; })
+  [ -n "$$v" ] && echo "$$(pyenv prefix $$v)/bin/python3"; } || \
+  ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12.*/bin/python3.12 2>/dev/null | tail -1)
 .PHONY: focus-validator
 focus-validator: $(FOCUS_VENV)/.installed
 $(FOCUS_VENV)/.installed:
