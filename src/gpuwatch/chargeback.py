@@ -100,20 +100,8 @@ def history_charges(sums: HistorySums, *, settings: Settings, period_seconds: in
             dtype="float64",
         )
         listed = on_demand.reindex(pairs).to_numpy(dtype=np.float64)
-        return pd.DataFrame(
-            {
-                "period_start": frame["piece"].map(period).to_numpy(),
-                "cluster": frame["piece"].map(clusters).to_numpy(),
-                "pool": pool.to_numpy(),
-                **{
-                    k: frame[k].astype("str").to_numpy() if k in frame else ""
-                    for k in ("team", "namespace", "pod")
-                },
-                "state": state,
-                "gpu_hours": gpu_hours,
-                "effective_usd": gpu_hours * price_of(frame),
-                "list_usd": gpu_hours * listed,
-            }
+        return _rows(
+            frame, state, gpu_hours, gpu_hours * price_of(frame), gpu_hours * listed, period, clusters
         )
 
     keys = ["piece", "namespace", "pod", "team", "pool"]
@@ -150,7 +138,6 @@ def _energy_rows(
     no pod held drew); kWh × PUE × tariff. None where the pools' power is unknown."""
     if not len(sums.pool_power):
         return []
-    out = []
     pods = sums.pod_power
     pod_kwh = hours.weighted(pods) / WATT_HOURS_PER_KWH
     pool_kwh = hours.weighted(sums.pool_power) / WATT_HOURS_PER_KWH
@@ -158,22 +145,35 @@ def _energy_rows(
     pools = sums.pool_power.assign(pool=sums.pool_power["pool"].astype("str"))
     held_now = held_kwh.reindex(pd.MultiIndex.from_frame(pools[["piece", "pool"]])).fillna(0.0).to_numpy()
     unheld = np.clip(pool_kwh.to_numpy() - held_now, 0.0, None)
+    out = []
     for frame, kwh in ((pods, pod_kwh.to_numpy()), (pools, unheld)):
-        out.append(
-            pd.DataFrame(
-                {
-                    "period_start": frame["piece"].map(period).to_numpy(),
-                    "cluster": frame["piece"].map(clusters).to_numpy(),
-                    "pool": frame["pool"].astype("str").to_numpy(),
-                    **{
-                        k: frame[k].astype("str").to_numpy() if k in frame else ""
-                        for k in ("team", "namespace", "pod")
-                    },
-                    "state": ENERGY,
-                    "gpu_hours": kwh,
-                    "effective_usd": kwh * rate_of(frame),
-                    "list_usd": kwh * rate_of(frame),
-                }
-            )
-        )
+        usd = kwh * rate_of(frame)
+        out.append(_rows(frame, ENERGY, kwh, usd, usd, period, clusters))
     return out
+
+
+def _rows(
+    frame: pd.DataFrame,
+    state: str,
+    quantity: "np.ndarray[Any, np.dtype[np.floating[Any]]]",
+    effective: "np.ndarray[Any, np.dtype[np.floating[Any]]]",
+    listed: "np.ndarray[Any, np.dtype[np.floating[Any]]]",
+    period: "pd.Series[Any]",
+    clusters: "pd.Series[str]",
+) -> pd.DataFrame:
+    """Charge rows of a per-piece family (its piece's period and cluster, its pool and pod labels)."""
+    return pd.DataFrame(
+        {
+            "period_start": frame["piece"].map(period).to_numpy(),
+            "cluster": frame["piece"].map(clusters).to_numpy(),
+            "pool": frame["pool"].astype("str").to_numpy(),
+            **{
+                k: frame[k].astype("str").to_numpy() if k in frame else ""
+                for k in ("team", "namespace", "pod")
+            },
+            "state": state,
+            "gpu_hours": quantity,
+            "effective_usd": effective,
+            "list_usd": listed,
+        }
+    )
