@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", parents=[common], help="run the Dash web UI")
-    serve.add_argument("--demo", action="store_true", help="serve the simulated fleet")
+    _add_demo(serve, "serve the simulated fleet")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8050)
     serve.add_argument(
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_cmd_serve)
 
     report = sub.add_parser("report", parents=[common], help="the GPU-hour ledger report for a window")
-    report.add_argument("--demo", action="store_true", help="report on the simulated fleet")
+    _add_demo(report, "report on the simulated fleet")
     report.add_argument("--start", type=_iso_time, help="window start, ISO 8601 (default: end - 1 day)")
     report.add_argument(
         "--end", "--until", dest="end", type=_iso_time, help="window end, ISO 8601 (default: now)"
@@ -116,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     report.set_defaults(handler=_cmd_report)
 
     export = sub.add_parser("export", parents=[common], help="publish gpuwatch_* series for Prometheus")
-    export.add_argument("--demo", action="store_true", help="export the simulated fleet")
+    _add_demo(export, "export the simulated fleet", clusters=1)
     export.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in a pod)")
     export.add_argument("--port", type=int, default=9402)
     export.add_argument("--interval", type=_step_seconds, default=30, help="collection cycle (default 30s)")
@@ -287,6 +287,20 @@ def _sim_params(args: argparse.Namespace) -> "SimulationParams":
     )
 
 
+def _add_demo(parser: argparse.ArgumentParser, what: str, *, clusters: int | None = None) -> None:
+    """--demo, and --demo-clusters (default: `clusters`, else the demo's two)."""
+    default = f"{clusters}, the cluster an exporter runs in" if clusters else "2: eu-1, us-1"
+    parser.add_argument("--demo", action="store_true", help=what)
+    parser.add_argument(
+        "--demo-clusters",
+        type=int,
+        default=clusters,
+        metavar="N",
+        help=f"with --demo: simulate N clusters, 1 to 4 (default {default}); a config's `clusters:` list "
+        "names them instead",
+    )
+
+
 def _service(
     args: argparse.Namespace,
     *,
@@ -301,7 +315,11 @@ def _service(
 
     settings = settings or _settings(args)
     if getattr(args, "demo", False):
-        return FleetService.demo(settings, history_days=max(DEMO_HISTORY_DAYS, history_days or 0.0))
+        return FleetService.demo(
+            settings,
+            clusters=args.demo_clusters,
+            history_days=max(DEMO_HISTORY_DAYS, history_days or 0.0),
+        )
     return FleetService.live(settings, watch_cluster=long_running, field_seconds=field_seconds)
 
 

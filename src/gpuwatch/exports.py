@@ -1,7 +1,7 @@
 """What `gpuwatch report` writes and serve's /api/v1 answers for a window: the report in each of its formats
 and FOCUS rows, each on the read path the window calls for (recorded history when costly, else raw)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuwatch.chargeback import raw_charges, read_charges
 from gpuwatch.errors import ConfigError, DataError, SourceError
-from gpuwatch.focus import PERIODS, focus_rows, render_focus
+from gpuwatch.focus import PERIODS, focus_rows, render_focus, tagged
 from gpuwatch.health import health_events_now
 from gpuwatch.history import NoHistoryError, read_history, wants_history
 from gpuwatch.model import Window, utc
@@ -136,9 +136,11 @@ def focus_bytes(
     source: str,
     period: str,
     parquet: bool = False,
+    only: Mapping[str, str] | None = None,
     warn: Warn = lambda _: None,
 ) -> bytes:
-    """The window's FOCUS rows (CSV, or Parquet) per charge period ("hour" or "day")."""
+    """The window's FOCUS rows (CSV, or Parquet) per charge period ("hour" or "day"); with `only`, those
+    tagged so (keys: team, pool, cluster)."""
     if period not in PERIODS:
         raise ConfigError(f"the FOCUS period must be one of {', '.join(PERIODS)}, got {period!r}")
     seconds = PERIODS[period]
@@ -154,7 +156,7 @@ def focus_bytes(
             warn(f"{e}; recomputing from raw DCGM series")
     if charges is None:
         charges = raw_charges(service.analysis(window), period_seconds=seconds)
-    rows, warnings = focus_rows(charges, window=window, names=service.settings.focus)
+    rows, warnings = focus_rows(tagged(charges, only or {}), window=window, names=service.settings.focus)
     for warning in warnings:
         warn(f"warning: {warning}")
     return render_focus(rows, "parquet" if parquet else "csv")

@@ -2,7 +2,7 @@
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -139,6 +139,18 @@ def focus_rows(
         columns=list(COLUMNS),
     )
     return out, warnings
+
+
+def tagged(charges: pd.DataFrame, only: Mapping[str, str]) -> pd.DataFrame:
+    """The charges whose rows carry each of `only`'s tags (keys: team, pool, cluster; a fleet of one unnamed
+    cluster is tagged DEFAULT_CLUSTER)."""
+    keep = np.ones(len(charges), dtype=bool)
+    for key, value in only.items():
+        column = charges[key]
+        if key == "cluster":
+            column = column.where(column != "", DEFAULT_CLUSTER)
+        keep &= (column == value).to_numpy()
+    return charges[keep]
 
 
 def _descriptions(

@@ -28,12 +28,14 @@ from gpuwatch.sources.kueue import kueue_state as kueue_state
 from gpuwatch.sources.kueue import merge_kueue_states
 from gpuwatch.sources.kueue import state_from_raw as kueue_from_raw
 from gpuwatch.sources.prometheus import PrometheusSource, allocation_history
+from gpuwatch.sources.simulated.demo import DEFAULT_DEMO_CLUSTERS as DEFAULT_DEMO_CLUSTERS
 from gpuwatch.sources.simulated.demo import (
     DEMO_BUDGETS,
     DEMO_NAMESPACE_TEAMS,
     build_demo_fleet,
     demo_price_book,
 )
+from gpuwatch.sources.simulated.demo import DEMO_CLUSTERS as DEMO_CLUSTERS
 from gpuwatch.sources.simulated.demo import DEMO_HISTORY_DAYS as DEMO_HISTORY_DAYS
 from gpuwatch.sources.simulated.demo import demo_end as demo_end
 from gpuwatch.sources.simulated.fleet import SimulatedFleet
@@ -467,25 +469,33 @@ class FleetService:
         settings: Settings | None = None,
         fleet: SimulatedFleet | None = None,
         *,
+        clusters: int | None = None,
         history_days: float = DEMO_HISTORY_DAYS,
     ) -> "FleetService":
         """The simulated fleet (built over `history_days` up to the current hour unless given): every
-        window it is asked for lies within that history, so no day is invented empty. A `clusters:` list
-        of several in the settings makes one simulated cluster per name, the demo's shape each (seed 42,
-        43, ...), read together as MultiClusterSources reads live ones."""
+        window it is asked for lies within that history, so no day is invented empty.
+
+        Its clusters: those the settings' `clusters:` list names, else the first `clusters` of
+        DEMO_CLUSTERS (default two; one when a `fleet` is given, for a given fleet is one cluster). Each
+        is the demo's shape (seed 42, 43, ...; the first is `fleet` when given), read together as
+        MultiClusterSources reads live ones; one cluster is unnamed, as a single live cluster is."""
+        base = settings or Settings()
+        if not base.clusters:
+            count = clusters if clusters is not None else 1 if fleet is not None else DEFAULT_DEMO_CLUSTERS
+            if not 1 <= count <= len(DEMO_CLUSTERS):
+                raise ConfigError(f"the demo simulates 1 to {len(DEMO_CLUSTERS)} clusters, not {count}")
+            if count > 1:
+                base = replace(base, clusters=tuple(ClusterSettings(name=n) for n in DEMO_CLUSTERS[:count]))
         fleet = fleet or build_demo_fleet(days=history_days)
-        names = [c.name for c in settings.clusters] if settings is not None else []
+        settings = demo_settings(base, end=fleet.window.end)
+        names = [c.name for c in settings.clusters]
         if len(names) < 2:
-            return cls(
-                settings=demo_settings(settings, end=fleet.window.end), sources=SimulatedSources(fleet)
-            )
+            return cls(settings=settings, sources=SimulatedSources(fleet))
         members: dict[str, FleetSources] = {names[0]: SimulatedSources(fleet)}
         for k, name in enumerate(names[1:], start=1):
             other = build_demo_fleet(seed=fleet.seed + k, end=fleet.window.end, days=history_days)
             members[name] = SimulatedSources(other)
-        return cls(
-            settings=demo_settings(settings, end=fleet.window.end), sources=MultiClusterSources(members)
-        )
+        return cls(settings=settings, sources=MultiClusterSources(members))
 
     @classmethod
     def from_environment(cls) -> "FleetService":

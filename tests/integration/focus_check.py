@@ -88,8 +88,8 @@ def state_of(rows: pd.DataFrame) -> "pd.Series[str]":
 
 
 def assert_adds_up(rows: pd.DataFrame, report: dict[str, Any]) -> None:
-    """EffectiveCost over the allocated states is the report's cost_usd (each team's too), the fleet
-    states' their *_cost_usd, and every GPU-hour row the capacity cost."""
+    """EffectiveCost over the allocated states is the report's cost_usd (each team's and each cluster's
+    too), the fleet states' their *_cost_usd, and every GPU-hour row the capacity cost."""
     state = state_of(rows)
     usd = rows.groupby(state)["EffectiveCost"].sum()
     fleet = report["fleet"]
@@ -101,6 +101,11 @@ def assert_adds_up(rows: pd.DataFrame, report: dict[str, Any]) -> None:
     held = rows[state.isin(ALLOCATED)]
     teams = held.groupby(held["Tags"].map(lambda t: json.loads(t)["gpuwatch/team"]))["EffectiveCost"].sum()
     assert teams.to_dict() == {t["team"]: pytest.approx(t["cost_usd"], rel=1e-9) for t in report["teams"]}
+    if len(report["clusters"]) > 1:  # each cluster is a sub-account of its own
+        by_cluster = held.groupby("SubAccountId")["EffectiveCost"].sum().to_dict()
+        assert by_cluster == {
+            c["cluster"]: pytest.approx(c["cost_usd"], rel=1e-9) for c in report["clusters"]
+        }
     hours = rows[gpu_hours].groupby(state[gpu_hours])["PricingQuantity"].sum()
     for name, value in fleet["ledger_gpu_hours"].items():
         assert hours.get(name, 0.0) == pytest.approx(value, rel=1e-9, abs=1e-6), name

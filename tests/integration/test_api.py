@@ -86,6 +86,24 @@ def test_a_team_s_report_and_rows(api: str) -> None:
     assert rows.loc[held, "EffectiveCost"].sum() == pytest.approx(report["teams"][0]["cost_usd"], rel=1e-9)
 
 
+def test_a_cluster_s_report_and_rows(api: str) -> None:
+    """The default demo is two clusters: `cluster=` keeps one of them, in the report and in the rows."""
+    end = _end()
+    status, _, body = get(f"{api}/api/v1/report?since=1d&end={end}")
+    both = {c["cluster"]: c for c in json.loads(body)["clusters"]}
+    assert status == 200 and sorted(both) == ["eu-1", "us-1"]
+    status, _, body = get(f"{api}/api/v1/report?since=1d&end={end}&cluster=us-1")
+    report: dict[str, Any] = json.loads(body)
+    assert status == 200 and [c["cluster"] for c in report["clusters"]] == ["us-1"]
+    assert report["fleet"]["gpus"] == both["us-1"]["gpus"]
+    assert report["fleet"]["cost_usd"] == pytest.approx(both["us-1"]["cost_usd"], rel=1e-9)
+    status, _, body = get(f"{api}/api/v1/focus?since=1d&end={end}&cluster=us-1")
+    rows = pd.read_csv(io.BytesIO(body))
+    assert status == 200 and set(rows["SubAccountId"]) == {"us-1"}
+    held = rows["Tags"].str.contains('"gpuwatch/state":"allocated_')
+    assert rows.loc[held, "EffectiveCost"].sum() == pytest.approx(report["fleet"]["cost_usd"], rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("query", "said"),
     [

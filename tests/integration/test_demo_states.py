@@ -1,4 +1,5 @@
-"""The demo fleet shows every state gpuwatch explains, in its own report and on its own pages.
+"""The demo fleet shows every state gpuwatch explains, in its own report and on its own pages: one cluster
+of it (`--demo-clusters 1`; the default demo is two clusters of this shape), whose counts these are.
 
 A pending pod blocked by fragmentation (and ones blocked by capacity), a GPU above the 85 °C alert
 threshold, idle-allocated workloads beside active ones, a telemetry gap whose GPU-hours are
@@ -29,7 +30,19 @@ def reports() -> dict[str, dict[str, Any]]:
     out = {}
     for since in WINDOWS:
         done = subprocess.run(
-            [sys.executable, "-m", "gpuwatch", "report", "--demo", "--format", "json", "--since", since],
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch",
+                "report",
+                "--demo",
+                "--demo-clusters",
+                "1",
+                "--format",
+                "json",
+                "--since",
+                since,
+            ],
             capture_output=True,
             text=True,
             timeout=600,
@@ -115,7 +128,7 @@ def test_the_30_day_window_invents_no_unallocated_days(reports: dict[str, dict[s
 
 @pytest.fixture(scope="module")
 def demo_url() -> Iterator[str]:
-    with serve_app(create_app(FleetService.demo())) as url:
+    with serve_app(create_app(FleetService.demo(clusters=1))) as url:
         yield url
 
 

@@ -30,6 +30,9 @@ def _report(tmp_path: Path, *window: str) -> tuple[pd.DataFrame, dict[str, Any]]
 
 def test_a_day_of_the_demo_passes_the_validator_and_adds_up(tmp_path: Path) -> None:
     rows, report = _report(tmp_path, "--since", "1d")
+    # The default demo is two clusters, with no config: two sub-accounts, each with its own rows.
+    assert [c["cluster"] for c in report["clusters"]] == ["eu-1", "us-1"]
+    assert sorted(rows["SubAccountId"].unique()) == ["eu-1", "us-1"]
     assert_conforms(validate(tmp_path / "focus.csv", tmp_path))
     assert_adds_up(rows, report)
     window = report["window"]

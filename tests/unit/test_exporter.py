@@ -139,7 +139,7 @@ def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySource
 
 
 def test_a_failing_source_is_marked_down_and_the_last_series_stay(sources: FlakySources) -> None:
-    service = FleetService(settings=FleetService.demo().settings, sources=sources)
+    service = FleetService(settings=FleetService.demo(Settings(), sources.fleet).settings, sources=sources)
     loop = ExportLoop(service)
     sources.broken = False
     loop.run_once()

@@ -3,7 +3,6 @@
 The same window, read path and numbers as `gpuwatch report`; behind the dashboard's --auth-file. A bad
 parameter is 400 and a failing source 503, each with {"error": "<one line>"}; never a traceback."""
 
-import io
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -11,7 +10,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import flask
-import pandas as pd
 
 from gpuwatch.errors import ConfigError, GpuwatchError
 from gpuwatch.exports import (
@@ -131,14 +129,8 @@ def _focus(service: FleetService, query: Mapping[str, str]) -> bytes:
     """The FOCUS CSV of `gpuwatch report --format focus`; team, pool and cluster keep the rows tagged so."""
     request, window = _window(service, query)
     period = _one_of("period", query.get("period", "day"), FOCUS_PERIODS)
-    data = focus_bytes(service, window, source=request.source, period=period)
-    scope = {f"gpuwatch/{k}": query[k] for k in FILTERS if k in query}
-    if not scope:
-        return data
-    rows = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
-    tags = rows["Tags"].map(json.loads)
-    keep = tags.map(lambda t: all(t.get(k) == v for k, v in scope.items()))
-    return rows[keep].to_csv(index=False).encode()
+    only = {k: query[k] for k in FILTERS if k in query}
+    return focus_bytes(service, window, source=request.source, period=period, only=only)
 
 
 def _parameter(name: str, description: str, example: str | None = None) -> dict[str, Any]:

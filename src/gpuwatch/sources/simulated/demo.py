@@ -376,6 +376,11 @@ DEMO_STREAMS: tuple[Stream, ...] = (
 # it (the Teams page compares with it) and a day for the presets' grid.
 DEMO_HISTORY_DAYS = 61.0
 
+# The clusters the default demo simulates (the demo's shape each, seeds 42, 43, ...); `--demo-clusters 1` is
+# one cluster, unnamed, as a single live cluster is.
+DEMO_CLUSTERS = ("eu-1", "us-1", "ap-1", "sa-1")
+DEFAULT_DEMO_CLUSTERS = 2
+
 
 def demo_end() -> datetime:
     """The demo fleet's "now": the current hour (UTC)."""
