@@ -5,6 +5,7 @@
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,17 @@ def _gpuwatch(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "gpuwatch", *args], check=True, capture_output=True, timeout=600)
 
 
+def _end() -> str:
+    """An hour the demo holds and no midnight (the current hour, or the one before it at 00:00 UTC), named
+    explicitly: both runs read the same window even when the hour turns between them."""
+    end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    end -= timedelta(hours=1) if end.hour == 0 else timedelta(0)
+    return end.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _report(tmp_path: Path, *window: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The window's FOCUS rows (CSV) and report JSON from the CLI."""
+    window = (*window, "--end", _end())
     rows, report = tmp_path / "focus.csv", tmp_path / "report.json"
     _gpuwatch("report", "--demo", *window, "--format", "focus", "-o", str(rows))
     _gpuwatch("report", "--demo", *window, "--format", "json", "-o", str(report))
