@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBIAN_KUBECTL := $(VENV)/kubernetes-client/usr/bin/kubectl
 
-.PHONY: demo test install test-deps lint typecheck unit bench clean
+.PHONY: demo test check install test-deps lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,9 +48,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# Day to day: ruff, mypy and the unit tests (tests/unit: no Prometheus, no browser), in a few minutes.
+check: lint typecheck
+	$(BIN)/python -m pytest -q tests/unit
+
 test: install test-deps focus-validator lint typecheck rules
 	GPUWATCH_TEST_KUBECTL=$(abspath $(DEBIAN_KUBECTL)) \
-	GPUWATCH_TEST_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(BIN)/python -m pytest
+	GPUWATCH_TEST_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(BIN)/python -m pytest --durations=10
 
 # The FinOps Foundation's focus-validator, which the FOCUS tests run, in a virtualenv of its own: it needs
 # Python >= 3.12 (pyenv's where the system's is older) and pins numpy below 2, so an older pyarrow beside it.

@@ -1,8 +1,11 @@
-"""Dash entry point: `python app.py` serves the demo fleet; `gunicorn app:server` serves it too."""
+"""Dash entry point: `gunicorn app:server` (or `python app.py`) serves the fleet the GPUWATCH_* settings name,
+and the simulated one when they name no Prometheus."""
 
 from gpuwatch.ui import create_app
+from gpuwatch.wiring import service_from_environment
 
-app = create_app()
+service = service_from_environment()
+app = create_app(service)
 server = app.server
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import pandas as pd
 from gpuwatch.analytics.cost import ledger_cost, usage_cost
 from gpuwatch.analytics.fragmentation import fragmentation, request_mix
 from gpuwatch.analytics.ledger import idle_since, ledger, ledger_gpu_hours, mark_idle, schedulable_free
-from gpuwatch.model import IdleParams, PriceBook
+from gpuwatch.core.model import IdleParams, PriceBook
 
 POOLS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L4", "TESLA-T4")
 LAYOUTS = ((8,), (4, 4), (4, 2, 2), (2, 2, 2, 2), (4, 2, 1, 1), (1,) * 8)  # pod sizes per 8-GPU node

@@ -32,21 +32,17 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from tests.integration.prom import PrometheusServer  # noqa: E402
 
 from collect import block_count, wait_for_compaction  # noqa: E402
-from gpuwatch.config import Settings  # noqa: E402
-from gpuwatch.history import TEAM, WORKLOAD, read_history  # noqa: E402
-from gpuwatch.model import Window  # noqa: E402
-from gpuwatch.report import build_history_report, build_report  # noqa: E402
-from gpuwatch.service import (  # noqa: E402
-    FleetService,
-    FleetSources,
-    MultiClusterSources,
-    SimulatedSources,
-    demo_settings,
-)
+from gpuwatch.core.config import Settings  # noqa: E402
+from gpuwatch.core.model import Window  # noqa: E402
+from gpuwatch.read.history import TEAM, WORKLOAD, read_history  # noqa: E402
+from gpuwatch.read.service import FleetService, FleetSources, MultiClusterSources  # noqa: E402
+from gpuwatch.sim import build_demo_fleet  # noqa: E402
+from gpuwatch.sim.demoservice import SimulatedSources, demo_settings  # noqa: E402
 from gpuwatch.sources.historystore import ClustersHistory, HistoryStore, PrometheusHistory  # noqa: E402
+from gpuwatch.sources.ownseries import CLUSTER_LABEL  # noqa: E402
 from gpuwatch.sources.prometheus import PrometheusSource  # noqa: E402
-from gpuwatch.sources.promql import CLUSTER_LABEL, equals  # noqa: E402
-from gpuwatch.sources.simulated import build_demo_fleet  # noqa: E402
+from gpuwatch.sources.promql import equals  # noqa: E402
+from gpuwatch.surfaces.report import build_history_report, build_report  # noqa: E402
 
 END = datetime(2026, 11, 20, tzinfo=UTC)
 GPUWATCH = str(Path(sys.executable).with_name("gpuwatch"))

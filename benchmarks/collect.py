@@ -45,10 +45,11 @@ import numpy as np
 import pandas as pd
 import requests
 
-from gpuwatch.backfill import block_ranges
-from gpuwatch.model import MAX_POINTS_PER_SERIES, Window
+from gpuwatch.core.model import MAX_POINTS_PER_SERIES, Window
+from gpuwatch.sim.backfill import block_ranges
 from gpuwatch.sources.dcgm import UTIL_FIELDS, ExporterPods
-from gpuwatch.sources.prometheus import MAX_CHUNK_SECONDS, MAX_CONCURRENT_QUERIES, PrometheusSource
+from gpuwatch.sources.promclient import MAX_CHUNK_SECONDS, MAX_CONCURRENT_QUERIES
+from gpuwatch.sources.prometheus import PrometheusSource
 
 ROOT = Path(__file__).resolve().parents[1]
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -88,7 +89,7 @@ def fleet_params(args: argparse.Namespace) -> dict[str, Any]:
 
 def backfill(fleet: Any, tsdb: Path, jobs: int) -> dict[str, float]:
     """One OpenMetrics file per 2 h block, promtool on each (`jobs` at once) while the next is written."""
-    from gpuwatch.sources.simulated.exposition import write_backfill
+    from gpuwatch.sim.exposition import write_backfill
 
     prom = _prom()
     tsdb.mkdir(parents=True)
@@ -427,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def set_up(args: argparse.Namespace, params: dict[str, Any], tsdb: Path) -> tuple[dict[str, Any], Any]:
     """Simulate the fleet; backfill the TSDB unless it is there. (child spec, backfill stats or None)."""
-    from gpuwatch.sources.simulated import build_demo_fleet
+    from gpuwatch.sim import build_demo_fleet
 
     began = time.perf_counter()
     fleet = build_demo_fleet(

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpuwatch.analysis import analyze
-from gpuwatch.config import Settings
-from gpuwatch.errors import GpuwatchError
-from gpuwatch.report import build_report
-from gpuwatch.sources.simulated import SimulatedFleet
-from gpuwatch.sources.simulated.source import SimulatedSource
-from gpuwatch.sources.simulated.trace import last_days_offset_seconds, load_openb, replay_openb, summary
+from gpuwatch.core.config import Settings
+from gpuwatch.core.errors import GpuwatchError
+from gpuwatch.read.analysis import analyze
+from gpuwatch.sim import SimulatedFleet
+from gpuwatch.sim.source import SimulatedSource
+from gpuwatch.sim.trace import last_days_offset_seconds, load_openb, replay_openb, summary
+from gpuwatch.surfaces.report import build_report
 
 DEFAULT_TRACE_DIR = Path(__file__).parents[1].parent / "shared" / "reference" / "alibaba-openb"
 NODES_FILE = "openb_node_list_gpu_node.csv"

@@ -113,9 +113,9 @@ def build_world(tsdb: Path, world: World) -> None:
 
 def rollups_fingerprint() -> str:
     """What the world's roll-ups were written by: a world written under other rules is not reused."""
-    from gpuwatch.sources import promql
+    from gpuwatch.sources import ownseries
 
-    rules = json.dumps([promql.rollup_rules(), promql.day_rollup_rules()], sort_keys=True)
+    rules = json.dumps([ownseries.rollup_rules(), ownseries.day_rollup_rules()], sort_keys=True)
     return hashlib.sha256(rules.encode()).hexdigest()[:16]
 
 
@@ -249,9 +249,9 @@ def time_report(prometheus_url: str, kubeconfig: Path, days: float, flags: tuple
 
 def compare(workdir: Path, args: argparse.Namespace) -> None:
     """Raw against recorded on one world, cold, each in a fresh service (no shared cache)."""
-    from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
-    from gpuwatch.model import Window
-    from gpuwatch.service import FleetService, LiveSources, demo_settings
+    from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
+    from gpuwatch.core.model import Window
+    from gpuwatch.read.service import FleetService, LiveSources, demo_settings
     from gpuwatch.views.reader import open_view
 
     tsdb = Path(args.compare_tsdb) if args.compare_tsdb else workdir / "compare-tsdb"
@@ -294,9 +294,9 @@ def exporter(workdir: Path, args: argparse.Namespace) -> None:
     """`gpuwatch export` cycles on the same fleet size: its DCGM series of the last hours backfilled (the
     world ends at the minute the benchmark starts, as the exporter reads `now`), the Kubernetes API
     listing --cpu-pods more pods without GPUs. CPU seconds of this process and its peak RSS per cycle."""
-    from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-    from gpuwatch.exporter.collector import PUBLISHED_FIELD_SECONDS, ExportLoop
-    from gpuwatch.service import FleetService, demo_settings
+    from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
+    from gpuwatch.read.service import FleetService, demo_settings
+    from gpuwatch.surfaces.exporter.collector import PUBLISHED_FIELD_SECONDS, ExportLoop
 
     end = datetime.now(UTC).replace(second=0, microsecond=0)
     tsdb, hours = workdir / "exporter-tsdb", 2.0

@@ -10,7 +10,7 @@ import resource
 import time
 from datetime import UTC, datetime
 
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.sim import build_demo_fleet
 
 
 def main() -> None:
@@ -47,7 +47,7 @@ def main() -> None:
     print(f"generation total:                              {total:6.2f} s  (target < 30 s)")
     print(f"GPU-samples per second: {len(telemetry) / total:,.0f}")
     if args.backfill:
-        from gpuwatch.sources.simulated.exposition import write_backfill
+        from gpuwatch.sim.exposition import write_backfill
 
         sink = io.StringIO()
         t0 = time.perf_counter()

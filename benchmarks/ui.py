@@ -21,10 +21,10 @@ from typing import Any
 
 import dash
 
-from gpuwatch.config import Settings
-from gpuwatch.report import build_report
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import Settings
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
+from gpuwatch.surfaces.report import build_report
 from gpuwatch.ui import create_app
 from gpuwatch.ui.components import current_store
 from gpuwatch.ui.filters import parse_query
@@ -105,7 +105,7 @@ def main() -> int:
     STAGE[0] = "building the simulated fleet"
     started = time.perf_counter()
     fleet = build_demo_fleet(gpus=args.gpus, end=datetime(2026, 11, 20, tzinfo=UTC), days=args.fleet_days)
-    service = FleetService.demo(Settings(), fleet)
+    service = demo_service(Settings(), fleet)
     app = create_app(service, warm=False)
     print(
         f"fleet: {len(fleet.gpus)} GPU units ({sum(n.gpu_count for n in fleet.nodes)} GPUs) on "

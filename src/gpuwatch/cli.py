@@ -12,13 +12,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar
 
 from gpuwatch import __version__
-from gpuwatch.config import Settings, load_settings
-from gpuwatch.errors import ConfigError, GpuwatchError, SourceError
+from gpuwatch.core.config import Settings, load_settings
+from gpuwatch.core.errors import ConfigError, GpuwatchError, SourceError
 
 if TYPE_CHECKING:
-    from gpuwatch.exports import WindowRequest
-    from gpuwatch.service import FleetService
-    from gpuwatch.simulation import SimulationParams
+    from gpuwatch.read.service import FleetService
+    from gpuwatch.sim.systems import SimulationParams
+    from gpuwatch.surfaces.exports import WindowRequest
 
 # 1: `gpuwatch check` found a problem (one line each on stderr); 2: usage or config; 3: a source unreachable.
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_SOURCE = 0, 1, 2, 3
@@ -243,19 +243,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _iso_time(text: str) -> datetime:
-    from gpuwatch.exports import parse_instant
+    from gpuwatch.surfaces.exports import parse_instant
 
     return _argument(parse_instant, text)
 
 
 def _duration_seconds(text: str) -> float:
-    from gpuwatch.exports import parse_length
+    from gpuwatch.surfaces.exports import parse_length
 
     return _argument(parse_length, text)
 
 
 def _step_seconds(text: str) -> int:
-    from gpuwatch.exports import parse_step
+    from gpuwatch.surfaces.exports import parse_step
 
     return _argument(parse_step, text)
 
@@ -280,7 +280,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _sim_params(args: argparse.Namespace) -> "SimulationParams":
-    from gpuwatch.simulation import SimulationParams
+    from gpuwatch.sim.systems import SimulationParams
 
     return SimulationParams(
         seed=args.seed, end=args.end, days=args.days, step_seconds=args.step, gpus=args.gpus, pods=args.pods
@@ -311,20 +311,20 @@ def _service(
 ) -> "FleetService":
     """The live service (the cluster followed by watches when `long_running`), or with --demo the
     simulated fleet (its history at least `history_days` long)."""
-    from gpuwatch.service import DEMO_HISTORY_DAYS, FleetService
+    from gpuwatch.wiring import fleet_service
 
-    settings = settings or _settings(args)
-    if getattr(args, "demo", False):
-        return FleetService.demo(
-            settings,
-            clusters=args.demo_clusters,
-            history_days=max(DEMO_HISTORY_DAYS, history_days or 0.0),
-        )
-    return FleetService.live(settings, watch_cluster=long_running, field_seconds=field_seconds)
+    return fleet_service(
+        settings or _settings(args),
+        demo=getattr(args, "demo", False),
+        demo_clusters=getattr(args, "demo_clusters", None),
+        history_days=history_days or 0.0,
+        watch_cluster=long_running,
+        field_seconds=field_seconds,
+    )
 
 
 def _window_request(args: argparse.Namespace) -> "WindowRequest":
-    from gpuwatch.exports import WindowRequest
+    from gpuwatch.surfaces.exports import WindowRequest
 
     return WindowRequest(
         start=args.start, end=args.end, since_seconds=args.since, step_seconds=args.step, source=args.source
@@ -361,7 +361,7 @@ def _reading(args: argparse.Namespace, service: "FleetService") -> str:
     """What a long-running command reads: "reading Prometheus at … and the Kubernetes API at …"."""
     if getattr(args, "demo", False):
         return "the simulated fleet"
-    from gpuwatch.service import LiveSources, MultiClusterSources
+    from gpuwatch.read.service import LiveSources, MultiClusterSources
 
     sources = service.sources
     members = sources.members if isinstance(sources, MultiClusterSources) else {"": sources}
@@ -375,12 +375,12 @@ def _reading(args: argparse.Namespace, service: "FleetService") -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from gpuwatch.exports import focus_bytes, window_report
-    from gpuwatch.report import SOURCE_RAW, render
+    from gpuwatch.surfaces.exports import focus_bytes, window_report
+    from gpuwatch.surfaces.renderings import SOURCE_RAW, render
 
     request = _window_request(args)
     if args.demo:
-        from gpuwatch.service import demo_end
+        from gpuwatch.sim.demo import demo_end
 
         # The simulated history starts early enough for the window: no day before it is invented.
         window = request.window(demo_end())
@@ -422,7 +422,7 @@ def _write(args: argparse.Namespace, data: bytes) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from gpuwatch.exporter import PUBLISHED_FIELD_SECONDS, serve_exporter
+    from gpuwatch.surfaces.exporter import PUBLISHED_FIELD_SECONDS, serve_exporter
 
     service = _service(args, long_running=True, field_seconds=PUBLISHED_FIELD_SECONDS)
     service.sources.load()  # a missing kubeconfig or token file: exit 2 before listening
@@ -445,7 +445,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from gpuwatch.check import check
+    from gpuwatch.surfaces.check import check
 
     result = check(_settings(args), timeout_seconds=args.timeout)
     for line in result.findings:
@@ -462,7 +462,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
-    from gpuwatch.backfill import cluster_labels, write_simulated_backfill, write_tsdb
+    from gpuwatch.sim.backfill import cluster_labels, write_simulated_backfill, write_tsdb
 
     if args.no_dcgm and args.no_gpuwatch_series:
         raise ConfigError("--no-dcgm with --no-gpuwatch-series leaves nothing to write")
@@ -492,7 +492,7 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def _cmd_metrics(args: argparse.Namespace) -> int:
-    from gpuwatch.simulation import serve_simulated_metrics
+    from gpuwatch.sim.systems import serve_simulated_metrics
 
     server = serve_simulated_metrics(_sim_params(args), host=args.host, port=args.port)
     print(f"gpuwatch: dcgm-exporter metrics on {server.url}/metrics", file=sys.stderr)
@@ -502,7 +502,7 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _cmd_kube_api(args: argparse.Namespace) -> int:
-    from gpuwatch.simulation import serve_simulated_kube_api
+    from gpuwatch.sim.systems import serve_simulated_kube_api
 
     server = serve_simulated_kube_api(
         _sim_params(args),
@@ -522,7 +522,7 @@ def _cmd_kube_api(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from gpuwatch.simulation import replay_openb_trace
+    from gpuwatch.sim.systems import replay_openb_trace
 
     result = replay_openb_trace(
         args.nodes,

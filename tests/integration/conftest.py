@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuwatch.config import Settings
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.core.config import Settings
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import (
     BACKENDS,
     Backend,

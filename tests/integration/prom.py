@@ -18,10 +18,10 @@ from typing import IO, Any, Literal, Protocol, Self
 
 import requests
 
-from gpuwatch.backfill import write_fleet_backfill
-from gpuwatch.config import Settings
-from gpuwatch.sources.simulated import SimulatedFleet
-from gpuwatch.sources.simulated.exposition import with_counterparts, write_backfill
+from gpuwatch.core.config import Settings
+from gpuwatch.sim import SimulatedFleet
+from gpuwatch.sim.backfill import write_fleet_backfill
+from gpuwatch.sim.exposition import with_counterparts, write_backfill
 
 # The DCGM fields the raw path reads: utilization, and what held/abandoned idle and energy come from.
 RAW_PATH_METRICS = (

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.backfill import write_simulated_backfill, write_tsdb
-from gpuwatch.simulation import SimulationParams
-from gpuwatch.sources import promql
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.backfill import write_simulated_backfill, write_tsdb
+from gpuwatch.sim.systems import SimulationParams
+from gpuwatch.sources import ownseries
 from tests.integration.prom import PROMTOOL, PrometheusServer, create_blocks, query
 
 pytestmark = pytest.mark.integration
@@ -46,8 +46,8 @@ def test_tsdb_blocks_carry_the_cluster_on_every_series(tmp_path: Path) -> None:
         "gpuwatch_pool_gpus",
         "hour:gpuwatch_pool_gpus:sum_over_time",
         "day:gpuwatch_pool_gpus:sum_over_time",
-        promql.ROLLUP_MARKER,
-        promql.DAY_ROLLUP_MARKER,
+        ownseries.ROLLUP_MARKER,
+        ownseries.DAY_ROLLUP_MARKER,
     } <= names
 
 
@@ -78,8 +78,8 @@ def test_two_clusters_in_one_prometheus(tmp_path: Path) -> None:
             ("DCGM_FI_DEV_GPU_UTIL", END),
             ("hour:gpuwatch_pool_gpus:sum_over_time", END),
             ("day:gpuwatch_pool_gpus:sum_over_time", day),
-            (promql.ROLLUP_MARKER, END),
-            (promql.DAY_ROLLUP_MARKER, day),
+            (ownseries.ROLLUP_MARKER, END),
+            (ownseries.DAY_ROLLUP_MARKER, day),
         ):
             counts = _by_cluster(url, f"count by (cluster) ({expr})", at)
             assert set(counts) == set(CLUSTERS), expr

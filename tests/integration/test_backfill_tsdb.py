@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.backfill import write_fleet_backfill, write_tsdb
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.backfill import write_fleet_backfill, write_tsdb
 from tests.integration.prom import PROMTOOL, create_blocks
 
 pytestmark = pytest.mark.integration

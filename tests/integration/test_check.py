@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.check import check
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.service import demo_settings
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_settings
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.surfaces.check import check
 from tests.integration.prom import PrometheusFactory
 
 pytestmark = pytest.mark.integration

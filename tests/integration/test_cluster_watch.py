@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer, pod_object
 from gpuwatch.sources.clustercache import ClusterCache
 from gpuwatch.sources.kubernetes import ClusterState, KubernetesSource
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, pod_object
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)

@@ -17,16 +17,16 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpuwatch.backfill import write_fleet_backfill
-from gpuwatch.check import check
-from gpuwatch.config import ViewSettings, load_settings
-from gpuwatch.model import LEDGER_STATES
-from gpuwatch.service import FleetService
+from gpuwatch.core.config import ViewSettings, load_settings
+from gpuwatch.core.model import LEDGER_STATES
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.backfill import write_fleet_backfill
+from gpuwatch.sim.exposition import with_counterparts
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from gpuwatch.sources.dcgm import UTIL_FIELDS
 from gpuwatch.sources.promql import field_aliases_selector
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.exposition import with_counterparts
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.surfaces.check import check
 from gpuwatch.views.base import STATE_COLUMNS, Scope
 from gpuwatch.views.reader import open_view, trend_report
 from gpuwatch.views.recorded import RecordedView

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.backfill import write_fleet_backfill
-from gpuwatch.config import PrometheusSettings, Settings
-from gpuwatch.history import read_history
-from gpuwatch.model import Window
-from gpuwatch.report import build_history_report
-from gpuwatch.service import demo_settings
-from gpuwatch.sources.prometheus import PrometheusSource, history_pieces
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import PrometheusSettings, Settings
+from gpuwatch.core.model import Window
+from gpuwatch.read.history import read_history
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.backfill import write_fleet_backfill
+from gpuwatch.sim.demoservice import demo_settings
+from gpuwatch.sources.prometheus import PrometheusSource
+from gpuwatch.sources.windowpieces import history_pieces
+from gpuwatch.surfaces.report import build_history_report
 from tests.integration.prom import (
     Backend,
     PrometheusServer,

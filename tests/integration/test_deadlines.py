@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpuwatch.errors import PrometheusError
+from gpuwatch.core.errors import PrometheusError
 from gpuwatch.sources.prometheus import PrometheusSource
 
 pytestmark = pytest.mark.integration

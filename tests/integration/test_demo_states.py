@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.service import FleetService
+from gpuwatch.sim.demoservice import demo_service
 from gpuwatch.ui import create_app
 from tests.integration.browser import browser_page, screenshot, settle, table_rows
 from tests.integration.ui_server import serve_app
@@ -128,7 +128,7 @@ def test_the_30_day_window_invents_no_unallocated_days(reports: dict[str, dict[s
 
 @pytest.fixture(scope="module")
 def demo_url() -> Iterator[str]:
-    with serve_app(create_app(FleetService.demo(clusters=1))) as url:
+    with serve_app(create_app(demo_service(clusters=1))) as url:
         yield url
 
 

@@ -19,15 +19,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpuwatch.config import load_settings
-from gpuwatch.exporter import serve_exporter
-from gpuwatch.history import read_history
-from gpuwatch.model import Window
-from gpuwatch.report import Report, build_history_report, build_report
-from gpuwatch.series import Family, published_series, write_openmetrics
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.exposition import write_backfill
+from gpuwatch.core.config import load_settings
+from gpuwatch.core.model import Window
+from gpuwatch.read.history import read_history
+from gpuwatch.read.series import Family, published_series, write_openmetrics
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
+from gpuwatch.sim.exposition import write_backfill
+from gpuwatch.surfaces.exporter import serve_exporter
+from gpuwatch.surfaces.report import Report, build_history_report, build_report
 from tests.integration.prom import PrometheusServer, create_blocks, free_port, query
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def fleet() -> SimulatedFleet:
 
 
 def _families(fleet: SimulatedFleet) -> list[Family]:
-    service = FleetService.demo(fleet=fleet)
+    service = demo_service(fleet=fleet)
     return published_series(service.analysis(fleet.window), last_only=False)
 
 
@@ -225,7 +226,7 @@ def test_two_exporters_scraped_by_a_real_prometheus_report_what_one_does(
     exporters = []
     for _ in range(2):
         server, loop, _registry = serve_exporter(
-            FleetService.demo(fleet=small_fleet), host="127.0.0.1", port=free_port(), interval_seconds=1
+            demo_service(fleet=small_fleet), host="127.0.0.1", port=free_port(), interval_seconds=1
         )
         exporters.append((server, loop))
     ports = [server.server_port for server, _ in exporters]

@@ -6,13 +6,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.exporter import PUBLISHED_FIELD_SECONDS
-from gpuwatch.model import Window
-from gpuwatch.report import build_report
-from gpuwatch.series import published_series
-from gpuwatch.service import FleetService, LiveSources, demo_settings
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.core.model import Window
+from gpuwatch.read.series import published_series
+from gpuwatch.read.service import FleetService, LiveSources
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service, demo_settings
+from gpuwatch.surfaces.exporter import PUBLISHED_FIELD_SECONDS
+from gpuwatch.surfaces.report import build_report
 from tests.integration.prom import PrometheusFactory
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ def _live(fleet: SimulatedFleet, url: str, kubeconfig: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def simulated(fleet: SimulatedFleet) -> dict[str, Any]:
-    return build_report(FleetService.demo(Settings(), fleet).analysis(fleet.window))
+    return build_report(demo_service(Settings(), fleet).analysis(fleet.window))
 
 
 def test_energy_from_the_counter_through_prometheus_is_the_simulated_fleets(

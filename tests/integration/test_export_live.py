@@ -11,11 +11,12 @@ import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.exporter import ExportLoop, GpuwatchCollector
-from gpuwatch.service import FleetService, LiveSources, demo_settings
-from gpuwatch.sources import promql
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.read.service import FleetService, LiveSources
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service, demo_settings
+from gpuwatch.sources import ownseries
+from gpuwatch.surfaces.exporter import ExportLoop, GpuwatchCollector
 from tests.integration.prom import PROMTOOL, PrometheusFactory, free_port
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def test_live_exporter_publishes_what_the_demo_exporter_does(
     # As `gpuwatch export` runs: the cluster followed by watches.
     sources = LiveSources(settings, clock=lambda: fleet.now, watch_cluster=True)
     live = ExportLoop(FleetService(settings=settings, sources=sources))
-    demo = ExportLoop(FleetService.demo(Settings(), fleet))
+    demo = ExportLoop(demo_service(Settings(), fleet))
     assert live.run_once().error == ""
     demo.run_once()
     got, expected = _families(live), _families(demo)
@@ -74,7 +75,7 @@ def test_live_exporter_publishes_what_the_demo_exporter_does(
     assert "gpuwatch_pod_gpu_framebuffer_used_bytes{" in demo_text
     assert "gpuwatch_pod_gpu_power_watts{" in demo_text
     # ... and Kueue's queues (the demo has Kueue, borrowing in cohort "research"): every queue family.
-    for name in promql.FAMILY_LABELS:
+    for name in ownseries.FAMILY_LABELS:
         if name.startswith("gpuwatch_queue_"):
             assert f"\n{name}{{" in demo_text, name
     for text in (_exposition(live), demo_text):

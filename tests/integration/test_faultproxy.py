@@ -14,8 +14,8 @@ import pytest
 import requests
 from kubernetes import client, config
 
-from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.faultproxy import MODES, FaultProxy
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.conftest import DEMO_METRICS
 from tests.integration.faultproxy import FaultProxy, Mode
 from tests.integration.prom import PrometheusFactory, free_port

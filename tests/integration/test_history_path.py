@@ -27,17 +27,18 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from gpuwatch.analysis import usage_tables
-from gpuwatch.chargeback import read_charges
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.focus import focus_rows, render_focus
-from gpuwatch.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
-from gpuwatch.model import LEDGER_STATES, Commitment, DatedPrice, Window
-from gpuwatch.report import build_history_report, build_report, json_schema
-from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.core.model import LEDGER_STATES, Commitment, DatedPrice, Window
+from gpuwatch.read.analysis import usage_tables
+from gpuwatch.read.chargeback import read_charges
+from gpuwatch.read.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
+from gpuwatch.read.service import FleetService, LiveSources
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.prometheus import PrometheusSource
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.surfaces.focus import focus_rows, render_focus
+from gpuwatch.surfaces.report import build_history_report, build_report, json_schema
 from tests.integration.focus_check import assert_adds_up, assert_conforms, validate
 from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
 

@@ -19,17 +19,17 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.fleet import EXPORTER_NAMESPACE
-from gpuwatch.sources.simulated.kubeapi import (
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.fleet import EXPORTER_NAMESPACE
+from gpuwatch.sim.kubeapi import (
     DEFAULT_TOKEN,
     SERVICE_ACCOUNT_USER,
     KubeApiServer,
     pod_object,
     write_kubeconfig,
 )
-from gpuwatch.sources.simulated.kubeobjects import KUBELET_VERSION
-from gpuwatch.sources.simulated.kubetables import human_duration
+from gpuwatch.sim.kubeobjects import KUBELET_VERSION
+from gpuwatch.sim.kubetables import human_duration
 
 pytestmark = pytest.mark.integration
 

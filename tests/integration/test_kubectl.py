@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer
 
 pytestmark = pytest.mark.integration
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.errors import ConfigError, KubernetesError
-from gpuwatch.model import is_gpu_resource
+from gpuwatch.core.errors import ConfigError, KubernetesError
+from gpuwatch.core.model import is_gpu_resource
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.sim.kubeobjects import pod_object
 from gpuwatch.sources.kubernetes import KubernetesSource
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
-from gpuwatch.sources.simulated.kubeobjects import pod_object
 
 pytestmark = pytest.mark.integration
 TOKEN = "sim-token"

@@ -17,18 +17,18 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-import gpuwatch.check
-from gpuwatch.check import check
+import gpuwatch.surfaces.check
 from gpuwatch.cli import main
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.errors import KubernetesError
-from gpuwatch.model import KueueState
-from gpuwatch.service import demo_settings
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.core.errors import KubernetesError
+from gpuwatch.core.model import KueueState
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_settings
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.sim.kueueobjects import kueue_objects
 from gpuwatch.sources.kubernetes import KubernetesSource
 from gpuwatch.sources.kueue import kueue_state, state_from_raw
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
-from gpuwatch.sources.simulated.kueueobjects import kueue_objects
+from gpuwatch.surfaces.check import check
 from tests.integration.prom import PrometheusFactory
 from tests.integration.test_kubectl import KUBECTLS, kubectl, tables
 
@@ -337,7 +337,9 @@ def test_check_says_kueue_is_absent_in_one_line_and_nothing_else_changes(
 ) -> None:
     prom = prometheus_factory(check_fleet, metrics=("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
     # `gpuwatch check` run at the simulated fleet's "now" (its history ends there).
-    monkeypatch.setattr(gpuwatch.check, "check", functools.partial(check, clock=lambda: check_fleet.now))
+    monkeypatch.setattr(
+        gpuwatch.surfaces.check, "check", functools.partial(check, clock=lambda: check_fleet.now)
+    )
     found = {}
     printed = {}
     for label, versions in (("with", ("v1beta2", "v1beta1")), ("without", ())):

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.errors import KubernetesError
-from gpuwatch.model import KueueState
+from gpuwatch.core.errors import KubernetesError
+from gpuwatch.core.model import KueueState
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer
+from gpuwatch.sim.kueueobjects import kueue_objects
 from gpuwatch.sources.clustercache import KueueCache
 from gpuwatch.sources.kubernetes import KubernetesSource
 from gpuwatch.sources.kueue import kueue_state
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer
-from gpuwatch.sources.simulated.kueueobjects import kueue_objects
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)

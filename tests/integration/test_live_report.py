@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration

@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.backfill import write_fleet_backfill
-from gpuwatch.config import PrometheusSettings, Settings
-from gpuwatch.history import NAMESPACE, WORKLOAD, read_history
-from gpuwatch.model import Window
-from gpuwatch.report import build_history_report
-from gpuwatch.service import demo_settings
-from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import PrometheusSource, history_pieces
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import PrometheusSettings, Settings
+from gpuwatch.core.model import Window
+from gpuwatch.read.history import NAMESPACE, WORKLOAD, read_history
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.backfill import write_fleet_backfill
+from gpuwatch.sim.demoservice import demo_settings
+from gpuwatch.sources import ownseries
+from gpuwatch.sources.prometheus import PrometheusSource
+from gpuwatch.sources.windowpieces import history_pieces
+from gpuwatch.surfaces.report import build_history_report
 from tests.integration.prom import QueryServer, query
 from tests.integration.test_day_rollups import _serve
 
@@ -91,27 +92,29 @@ def test_the_rules_record_what_the_backfill_writes(servers: dict[str, str]) -> N
     """Each namespace rule evaluated over the backfilled pods' roll-ups equals the namespace roll-up the
     backfill wrote, hour by hour over a day (pods came and went) and at the day's evaluation."""
     url = servers["complete"]
-    hourly = {r["record"]: r["expr"] for r in promql.namespace_rollup_rules()}
-    new_pods = promql.rollup_name(promql.NAMESPACE_NEW_PODS, "count")
+    hourly = {r["record"]: r["expr"] for r in ownseries.namespace_rollup_rules()}
+    new_pods = ownseries.rollup_name(ownseries.NAMESPACE_NEW_PODS, "count")
     seen_new = 0.0
     for hour in range(24):
         at = datetime(2026, 11, 18, hour, tzinfo=UTC)
         for record, expr in hourly.items():
-            if record == promql.NAMESPACE_ROLLUP_MARKER:
+            if record == ownseries.NAMESPACE_ROLLUP_MARKER:
                 continue
             written = _values(url, record, at)
             assert written == pytest.approx(_values(url, expr, at), rel=1e-12), (record, at)
             if record == new_pods:
                 seen_new += sum(written.values())
-        allocated = _values(url, promql.rollup_name("gpuwatch_namespace_gpu_allocation", "sum_over_time"), at)
+        allocated = _values(
+            url, ownseries.rollup_name("gpuwatch_namespace_gpu_allocation", "sum_over_time"), at
+        )
         assert sum(allocated.values()) > 0
     assert seen_new > 0  # pods started that day
     day = datetime(2026, 11, 18, 23, 30, tzinfo=UTC)
     daily = {
-        r["record"]: r["expr"] for r in promql.day_rollup_rules() if "gpuwatch_namespace_" in r["record"]
+        r["record"]: r["expr"] for r in ownseries.day_rollup_rules() if "gpuwatch_namespace_" in r["record"]
     }
     for record, expr in daily.items():
-        if record == promql.DAY_NAMESPACE_ROLLUP_MARKER:
+        if record == ownseries.DAY_NAMESPACE_ROLLUP_MARKER:
             continue
         written = _values(url, record, day)
         assert written == pytest.approx(_values(url, expr, day), rel=1e-12), record

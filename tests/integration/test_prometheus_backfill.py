@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.sources.simulated.exposition import serve_metrics
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.exposition import serve_metrics
 from tests.integration.prom import PrometheusServer, query
 
 pytestmark = pytest.mark.integration

@@ -23,13 +23,14 @@ import pandas as pd
 import pytest
 import requests
 
-from gpuwatch.errors import PrometheusError
-from gpuwatch.model import Window
-from gpuwatch.schema import DCGM_SAMPLES
+from gpuwatch.core.errors import PrometheusError
+from gpuwatch.core.model import Window
+from gpuwatch.core.schema import DCGM_SAMPLES
+from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sources import promql
-from gpuwatch.sources.dcgm import DEV_FB_USED, ExporterPods, unit_rows
+from gpuwatch.sources.dcgm import DEV_FB_USED, ExporterPods
+from gpuwatch.sources.dcgmrows import unit_rows
 from gpuwatch.sources.prometheus import PrometheusSource
-from gpuwatch.sources.simulated import SimulatedFleet
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, free_port
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.model import Window
-from gpuwatch.sources.prometheus import PrometheusSource, queue_usage_history
+from gpuwatch.core.model import Window
+from gpuwatch.sources.historysums import queue_usage_history
+from gpuwatch.sources.prometheus import PrometheusSource
 from tests.integration.prom import PrometheusServer, create_blocks
 
 pytestmark = pytest.mark.integration

@@ -18,11 +18,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
-from gpuwatch.model import LEDGER_STATES, Window
-from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
+from gpuwatch.core.model import LEDGER_STATES, Window
+from gpuwatch.read.service import FleetService, LiveSources
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
 from gpuwatch.ui import components, create_app, ids
 from gpuwatch.ui.filters import format_time
 from gpuwatch.views.base import STATE_COLUMNS, FleetView, Scope

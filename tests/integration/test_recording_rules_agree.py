@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch.report import build_report
-from gpuwatch.simulation import history_service
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.systems import history_service
+from gpuwatch.surfaces.report import build_report
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, query
 
 pytestmark = pytest.mark.integration

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
-from gpuwatch.history import RIGHTSIZE_FAMILIES
-from gpuwatch.report import RIGHTSIZE_CHANGES, RIGHTSIZE_COLUMNS, Rightsizing, rightsizing_of
-from gpuwatch.service import FleetService, LiveSources, demo_settings
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
+from gpuwatch.read.historytables import RIGHTSIZE_FAMILIES
+from gpuwatch.read.service import FleetService, LiveSources
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
-from gpuwatch.sources.prometheus import POD_FAMILIES
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.historysums import POD_FAMILIES
+from gpuwatch.surfaces.report import RIGHTSIZE_CHANGES, RIGHTSIZE_COLUMNS, Rightsizing, rightsizing_of
 from gpuwatch.views.base import FleetView, Scope
 from gpuwatch.views.reader import open_view
 from gpuwatch.views.recorded import RecordedView

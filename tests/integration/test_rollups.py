@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.backfill import write_fleet_backfill
-from gpuwatch.config import PrometheusSettings, Settings
-from gpuwatch.history import read_history
-from gpuwatch.model import Window
-from gpuwatch.report import build_history_report
-from gpuwatch.service import demo_settings
+from gpuwatch.core.config import PrometheusSettings, Settings
+from gpuwatch.core.model import Window
+from gpuwatch.read.history import read_history
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.backfill import write_fleet_backfill
+from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
-from gpuwatch.sources.prometheus import PrometheusSource, history_pieces
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.sources.prometheus import PrometheusSource
+from gpuwatch.sources.windowpieces import history_pieces
+from gpuwatch.surfaces.report import build_history_report
 from tests.integration.prom import PrometheusServer, create_blocks
 
 pytestmark = pytest.mark.integration

@@ -21,10 +21,10 @@ import pytest
 import requests
 import yaml
 
-from gpuwatch.model import Window
-from gpuwatch.sources import promql
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.exposition import FAMILY_NAMES
+from gpuwatch.core.model import Window
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.exposition import FAMILY_NAMES
+from gpuwatch.sources import ownseries
 from tests.integration.prom import (
     PROMTOOL,
     BackfilledPrometheus,
@@ -190,9 +190,9 @@ def after_all_events(fleet: SimulatedFleet) -> datetime:
 # -- every query parses; DCGM ones return data ------------------------------------------------------
 
 
-NONZERO = {promql.rollup_name(metric, function) for metric, function in promql.NONZERO_ROLLUPS}
+NONZERO = {ownseries.rollup_name(metric, function) for metric, function in ownseries.NONZERO_ROLLUPS}
 # Rules over the pods' hourly roll-ups, which exist at the hours they were evaluated alone.
-OVER_ROLLUPS = {r["record"] for r in promql.namespace_rollup_rules()} - {promql.NAMESPACE_ROLLUP_MARKER}
+OVER_ROLLUPS = {r["record"] for r in ownseries.namespace_rollup_rules()} - {ownseries.NAMESPACE_ROLLUP_MARKER}
 
 
 @pytest.mark.parametrize("name", sorted(recording_rules()))

@@ -19,14 +19,15 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.config import KubernetesSettings, PrometheusSettings, Settings
-from gpuwatch.history import TEAM, read_history
-from gpuwatch.model import LEDGER_STATES, Window
-from gpuwatch.report import build_history_report, build_report
-from gpuwatch.service import FleetService, LiveSources, demo_settings
-from gpuwatch.sources.simulated import SimulatedFleet
-from gpuwatch.sources.simulated.demo import DEMO_NAMESPACES, DEMO_POOLS, DEMO_STREAMS, simulate
-from gpuwatch.sources.simulated.fleet import TelemetryGap
+from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
+from gpuwatch.core.model import LEDGER_STATES, Window
+from gpuwatch.read.history import TEAM, read_history
+from gpuwatch.read.service import FleetService, LiveSources
+from gpuwatch.sim import SimulatedFleet
+from gpuwatch.sim.demo import DEMO_NAMESPACES, DEMO_POOLS, DEMO_STREAMS, simulate
+from gpuwatch.sim.demoservice import demo_settings
+from gpuwatch.sim.fleet import TelemetryGap
+from gpuwatch.surfaces.report import build_history_report, build_report
 from tests.integration.prom import RAW_PATH_METRICS, BackfilledPrometheus, PrometheusFactory
 
 pytestmark = pytest.mark.integration

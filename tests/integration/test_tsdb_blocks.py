@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch.series import Family, write_openmetrics
-from gpuwatch.tsdb import SAMPLES_PER_CHUNK, sample_table, write_block
+from gpuwatch.read.series import Family, write_openmetrics
+from gpuwatch.sim.tsdb import SAMPLES_PER_CHUNK, sample_table, write_block
 from tests.integration.prom import PROMTOOL, PrometheusServer, create_blocks, query
 
 pytestmark = pytest.mark.integration

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import Settings
-from gpuwatch.errors import ConfigError
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import Settings
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
 from gpuwatch.ui import create_app
 from gpuwatch.ui.app import load_users
 from gpuwatch.ui.components import STORE_KEY
@@ -37,7 +37,7 @@ def test_basic_auth_guards_every_route(tmp_path: Path, caplog: pytest.LogCapture
     users = tmp_path / "users"
     users.write_text("# who may look\nalice:s3cret:with-colon\n\nbob:hunter2\n", encoding="utf-8")
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
-    app = create_app(FleetService.demo(Settings(), fleet), auth_file=str(users), warm=False)
+    app = create_app(demo_service(Settings(), fleet), auth_file=str(users), warm=False)
     with serve_app(app) as url:
         for path in ("/", "/waste", "/_dash-layout", "/_dash-dependencies", "/assets/gpuwatch.css"):
             status, headers, body = _get(url + path)
@@ -64,7 +64,7 @@ def test_readiness_needs_no_login_and_waits_for_the_warm_default_view(tmp_path: 
     users = tmp_path / "users"
     users.write_text("alice:s3cret\n", encoding="utf-8")
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
-    app = create_app(FleetService.demo(Settings(), fleet), auth_file=str(users), warm=False)
+    app = create_app(demo_service(Settings(), fleet), auth_file=str(users), warm=False)
     store = app.server.config[STORE_KEY]
     with serve_app(app) as url:
         assert _get(url + "/")[0] == 401

@@ -5,11 +5,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuwatch.config import Settings
-from gpuwatch.errors import KubernetesError
-from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources, demo_settings
+from gpuwatch.core.config import Settings
+from gpuwatch.core.errors import KubernetesError
+from gpuwatch.read.service import FleetService, MultiClusterSources
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
 from tests.integration.browser import browser_page, choose, screenshot, settle, table_rows, wait_for_location
 from tests.integration.ui_server import serve_app

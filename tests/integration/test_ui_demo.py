@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 from playwright.sync_api import Page
 
-from gpuwatch.config import Settings
-from gpuwatch.model import Window
-from gpuwatch.report import Report, build_report
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import Window
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
+from gpuwatch.surfaces.report import Report, build_report
 from gpuwatch.ui import create_app
 from gpuwatch.ui.components import change, points
 from gpuwatch.views.base import team_changes
@@ -54,7 +55,7 @@ class Demo:
 @pytest.fixture(scope="module")
 def demo() -> Iterator[Demo]:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=8)
-    service = FleetService.demo(Settings(), fleet)
+    service = demo_service(Settings(), fleet)
     with serve_app(create_app(service)) as url:
         yield Demo(service=service, url=url)
 

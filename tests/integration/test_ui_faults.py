@@ -16,13 +16,14 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Page
 
-from gpuwatch.config import Settings, UiSettings, load_settings
-from gpuwatch.errors import KubernetesError
-from gpuwatch.model import SourceWait
-from gpuwatch.service import FleetService, LiveSources, MultiClusterSources, SimulatedSources, demo_settings
+from gpuwatch.core.config import Settings, UiSettings, load_settings
+from gpuwatch.core.errors import KubernetesError
+from gpuwatch.core.model import SourceWait
+from gpuwatch.read.service import FleetService, LiveSources, MultiClusterSources
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_settings
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
 from gpuwatch.ui import create_app
 from gpuwatch.ui.filters import format_time
 from tests.integration.browser import browser_page, screenshot

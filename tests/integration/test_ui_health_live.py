@@ -7,11 +7,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuwatch.config import load_settings
-from gpuwatch.health import gpu_health, health_events_now, health_samples, health_window
-from gpuwatch.service import FleetService, SimulatedSources
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kubeapi import KubeApiServer, write_kubeconfig
+from gpuwatch.core.config import load_settings
+from gpuwatch.read.devicehealth import gpu_health, health_events_now, health_samples, health_window
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources
+from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.prom import PrometheusFactory
 
 pytestmark = pytest.mark.integration

@@ -5,13 +5,14 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 
-from gpuwatch.config import Settings
-from gpuwatch.errors import PrometheusError
-from gpuwatch.health import health_samples
-from gpuwatch.model import KueueState, SourceWait, Window
-from gpuwatch.service import FleetService, SimulatedSources, demo_settings
+from gpuwatch.core.config import Settings
+from gpuwatch.core.errors import PrometheusError
+from gpuwatch.core.model import KueueState, SourceWait, Window
+from gpuwatch.read.devicehealth import health_samples
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated import build_demo_fleet
 from gpuwatch.ui import create_app
 from tests.integration.browser import browser_page, screenshot, settle, table_rows, wait_for_location
 from tests.integration.ui_server import serve_app

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page
 
-from gpuwatch.config import Settings
-from gpuwatch.model import KueueState
-from gpuwatch.report import Report, build_report
-from gpuwatch.service import FleetService, SimulatedSources
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import KueueState
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_service
+from gpuwatch.surfaces.report import Report, build_report
 from gpuwatch.ui import create_app
 from gpuwatch.ui.data import ViewStore
 from gpuwatch.ui.filters import Filters
@@ -62,7 +63,7 @@ def _fleet() -> Any:
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[Demo]:
-    service = FleetService.demo(Settings(), _fleet())
+    service = demo_service(Settings(), _fleet())
     with serve_app(create_app(service)) as url:
         yield Demo(service=service, url=url)
 
@@ -254,7 +255,7 @@ def test_a_team_filter_shows_the_team_s_queues(demo: Demo, expected: Report) -> 
 
 def test_without_kueue_the_page_says_so_and_still_shows_idle_gpus_beside_waiting_pods() -> None:
     fleet = _fleet()
-    settings = FleetService.demo(Settings(), fleet).settings
+    settings = demo_service(Settings(), fleet).settings
     service = FleetService(settings=settings, sources=NoKueue(fleet))
     report = build_report(
         service.analysis(ViewStore(service).window(Filters())), queues=service.queue_setup()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.config import load_settings
-from gpuwatch.model import cluster_of
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import load_settings
+from gpuwatch.core.model import cluster_of
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
 from gpuwatch.ui import create_app
 from tests.integration.browser import browser_page, settle, table_rows
 from tests.integration.ui_server import serve_app
@@ -26,7 +26,7 @@ def shown_cluster_queues(rows: list[dict[str, str]]) -> set[str]:
 
 def test_the_queues_page_lists_both_clusters_cluster_queues() -> None:
     settings = load_settings(config_path=str(TWO_CLUSTERS), env={})
-    service = FleetService.demo(settings, build_demo_fleet(seed=42, end=END, days=2), history_days=2)
+    service = demo_service(settings, build_demo_fleet(seed=42, end=END, days=2), history_days=2)
     cluster_queues = set(service.queue_setup().quotas["cluster_queue"])
     assert {cluster_of(q) for q in cluster_queues} == {"eu-1", "us-1"}
     with serve_app(create_app(service)) as url, browser_page(1440, 1000) as (page, errors):

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuwatch.config import Settings
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import Settings
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
 from gpuwatch.ui import create_app
 from tests.integration.browser import browser_page, screenshot, settle
 from tests.integration.ui_server import serve_app
@@ -30,7 +30,7 @@ BOXES = """() => {
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=2)
-    with serve_app(create_app(FleetService.demo(Settings(), fleet))) as url:
+    with serve_app(create_app(demo_service(Settings(), fleet))) as url:
         yield url
 
 

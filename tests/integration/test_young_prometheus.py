@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.config import load_settings
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.exposition import serve_metrics
+from gpuwatch.core.config import load_settings
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.exposition import serve_metrics
 from gpuwatch.ui import create_app
 from gpuwatch.ui import ids as ui_ids
 from tests.integration.browser import browser_page, screenshot, settle

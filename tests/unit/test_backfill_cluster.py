@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuwatch.backfill import cluster_labels, day_rollup_families, rollup_families, write_fleet_backfill
-from gpuwatch.errors import ConfigError
-from gpuwatch.series import Family
-from gpuwatch.sources import promql
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.read.series import Family
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.backfill import cluster_labels, day_rollup_families, rollup_families, write_fleet_backfill
+from gpuwatch.sources import ownseries
 
 END = datetime(2026, 11, 20, tzinfo=UTC)  # 21:00-24:00: three hourly roll-ups and the day's (23:30)
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -69,7 +69,7 @@ def test_every_series_carries_the_cluster_and_the_samples_are_unchanged(
     assert comments == [line for line in plain.splitlines() if line.startswith("#")]
     names = {name for name, _, _, _ in samples}
     assert {"DCGM_FI_DEV_GPU_UTIL", "gpuwatch_pool_gpus", "gpuwatch_build_info"} <= names
-    assert {promql.ROLLUP_MARKER, promql.DAY_ROLLUP_MARKER} <= names
+    assert {ownseries.ROLLUP_MARKER, ownseries.DAY_ROLLUP_MARKER} <= names
     assert {"hour:gpuwatch_pool_gpus:sum_over_time", "day:gpuwatch_pool_gpus:sum_over_time"} <= names
     assert any(name.startswith("gpu_") for name in names)  # the AMD exporter's families too
 
@@ -104,7 +104,7 @@ def test_roll_ups_keep_each_clusters_series_apart() -> None:
     day = rolled["day:gpuwatch_pool_gpus:sum_over_time"]
     assert day.samples.groupby("cluster")["value"].sum().to_dict() == by_cluster
     # The markers carry the external labels of the Prometheus that evaluated the rules.
-    for marker in (promql.ROLLUP_MARKER, promql.DAY_ROLLUP_MARKER):
+    for marker in (ownseries.ROLLUP_MARKER, ownseries.DAY_ROLLUP_MARKER):
         assert rolled[marker].labels == ("cluster",)
         assert set(rolled[marker].samples["cluster"]) == {"eu-1"}
 
@@ -135,8 +135,8 @@ def test_cli_labels_every_series(tmp_path: Path) -> None:
     assert {
         "DCGM_FI_DEV_GPU_UTIL",
         "gpuwatch_pool_gpus",
-        promql.ROLLUP_MARKER,
-        promql.DAY_ROLLUP_MARKER,
+        ownseries.ROLLUP_MARKER,
+        ownseries.DAY_ROLLUP_MARKER,
     } <= names
 
 

@@ -1,6 +1,7 @@
 """The `gpuwatch` command: exit codes and one-line errors, run as a user runs it."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -114,3 +115,18 @@ def test_serve_announces_its_address_once_it_answers_there() -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_gunicorn_s_app_module_serves_the_two_cluster_demo_when_no_prometheus_is_named() -> None:
+    """`gunicorn app:server` imports app.py: with no GPUWATCH_* settings it is the default demo."""
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
+    code = (
+        "import app; s = app.app.server; print(type(s).__name__, app.service.simulated, "
+        "[c.name for c in app.service.settings.clusters])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == "Flask True ['eu-1', 'us-1']"

@@ -7,13 +7,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuwatch.config import Settings, load_settings
-from gpuwatch.errors import KubernetesError, PrometheusError
-from gpuwatch.model import Window, cluster_of, qualified
-from gpuwatch.report import build_report, group_rows
-from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources, demo_settings, member_state
+from gpuwatch.core.config import Settings, load_settings
+from gpuwatch.core.errors import KubernetesError, PrometheusError
+from gpuwatch.core.model import Window, cluster_of, qualified
+from gpuwatch.read.service import FleetService, MultiClusterSources, member_state
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_service, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.surfaces.report import build_report, group_rows
 from gpuwatch.views.base import Scope
 from gpuwatch.views.raw import filter_analysis
 
@@ -142,7 +143,7 @@ def test_the_demo_with_a_clusters_list_simulates_one_cluster_per_name() -> None:
         config_path=str(Path(__file__).parents[2] / "docs/examples/two-clusters.yaml"), env={}
     )
     fleet = build_demo_fleet(seed=42, end=END, days=0.1)
-    service = FleetService.demo(settings, fleet, history_days=0.1)
+    service = demo_service(settings, fleet, history_days=0.1)
     assert isinstance(service.sources, MultiClusterSources) and list(service.sources.members) == [
         "eu-1",
         "us-1",

@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuwatch.config import load_settings
-from gpuwatch.errors import ConfigError
+from gpuwatch.core.config import load_settings
+from gpuwatch.core.errors import ConfigError
 
 FULL = """
 prometheus: {url: http://prometheus:9090, bearer_token_file: /var/run/token, timeout: 30s}

@@ -7,8 +7,8 @@ import pytest
 from pandas.testing import assert_frame_equal
 
 from gpuwatch.analytics.cost import PoolRates, ledger_cost, price_warnings, usage_cost, usd_per_gpu_hour
-from gpuwatch.model import Amortization, Commitment, DatedPrice, PriceBook
-from gpuwatch.schema import IDLE_MARKED
+from gpuwatch.core.model import Amortization, Commitment, DatedPrice, PriceBook
+from gpuwatch.core.schema import IDLE_MARKED
 
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")
 H100, A100, T4, WEIRD = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "TESLA-T4", "WEIRD-GPU"

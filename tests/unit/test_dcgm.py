@@ -7,25 +7,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch.schema import DCGM_SAMPLES, GPU_SAMPLES
+from gpuwatch.core.schema import DCGM_SAMPLES, GPU_SAMPLES
+from gpuwatch.core.units import BYTES_PER_MIB
 from gpuwatch.sources.dcgm import (
     FIELDS,
     ExporterPods,
-    combine_row_blocks,
     field_of,
-    gpu_rows,
     instance_ip,
     is_exporter_pod_name,
-    physical_gpus,
     resolve_node,
     resolve_workload,
+)
+from gpuwatch.sources.dcgmrows import (
+    combine_row_blocks,
+    gpu_rows,
+    physical_gpus,
     row_block,
     samples_frame,
     series_rows,
     to_float,
     unit_rows,
 )
-from gpuwatch.units import BYTES_PER_MIB
 
 MIB = BYTES_PER_MIB
 T0 = pd.Timestamp("2026-11-19 12:00", tz="UTC")

@@ -11,7 +11,7 @@ import yaml
 from kubernetes.client import ApiClient
 
 from gpuwatch.cli import _parser
-from gpuwatch.config import load_settings
+from gpuwatch.core.config import load_settings
 from gpuwatch.sources.kueue import KUEUE_GROUP, KUEUE_RBAC, KUEUE_RESOURCES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,7 +260,7 @@ def test_a_stale_prometheus_rule_is_detected(tmp_path: Path) -> None:
 
 
 def test_the_exporter_runs_two_replicas_for_high_availability() -> None:
-    """Two replicas publish the same series; readers keep one copy (sources/promql.py FAMILY_LABELS), so
+    """Two replicas publish the same series; readers keep one copy (sources/ownseries.py FAMILY_LABELS), so
     the manifests can afford HA: spread over nodes, rolled one at a time, one kept through drains."""
     deployment = one("Deployment", "gpuwatch-exporter")
     spec = deployment["spec"]

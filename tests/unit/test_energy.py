@@ -19,8 +19,8 @@ from gpuwatch.analytics.energy import (
     energy_sources,
     tariff_at,
 )
-from gpuwatch.errors import DataError
-from gpuwatch.schema import ATTRIBUTED, ATTRIBUTED_ENERGY, GPU_ENERGY
+from gpuwatch.core.errors import DataError
+from gpuwatch.core.schema import ATTRIBUTED, ATTRIBUTED_ENERGY, GPU_ENERGY
 
 STEP = 60
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")

@@ -13,16 +13,17 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.config import ClusterSettings, Settings
-from gpuwatch.errors import ConfigError, PrometheusError
-from gpuwatch.exporter import ExportLoop, GpuwatchCollector, serve_exporter
-from gpuwatch.model import Budgets, DatedPrice, PriceBook, Window
-from gpuwatch.queues import QUEUE_STATE_COLUMNS, queue_states
-from gpuwatch.series import Family, published_series, write_openmetrics
-from gpuwatch.service import FleetService, SimulatedSources
-from gpuwatch.sources import promql
+from gpuwatch.analytics.queuetables import QUEUE_STATE_COLUMNS, queue_states
+from gpuwatch.core.config import ClusterSettings, Settings
+from gpuwatch.core.errors import ConfigError, PrometheusError
+from gpuwatch.core.model import Budgets, DatedPrice, PriceBook, Window
+from gpuwatch.read.series import Family, published_series, write_openmetrics
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_service
+from gpuwatch.sources import ownseries
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.surfaces.exporter import ExportLoop, GpuwatchCollector, serve_exporter
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "exporter.txt"
 # Self-monitoring values change every run; everything else is a pure function of the fleet.
@@ -55,7 +56,7 @@ def _scrape(loop: ExportLoop) -> str:
 
 def test_exposition_matches_the_golden_file(sources: FlakySources) -> None:
     sources.broken = False
-    loop = ExportLoop(FleetService.demo(Settings(), sources.fleet))
+    loop = ExportLoop(demo_service(Settings(), sources.fleet))
     result = loop.run_once()
     assert result.error == ""
     text = VOLATILE.sub("", _scrape(loop))
@@ -67,7 +68,7 @@ def test_exposition_matches_the_golden_file(sources: FlakySources) -> None:
 def test_one_named_cluster_stamps_its_name_on_every_series(sources: FlakySources) -> None:
     sources.broken = False
     settings = replace(Settings(), clusters=(ClusterSettings(name="eu-1"),))
-    service = FleetService.demo(settings, sources.fleet)
+    service = demo_service(settings, sources.fleet)
     loop = ExportLoop(service)
     loop.run_once()
     registry = CollectorRegistry()
@@ -86,11 +87,11 @@ def test_one_named_cluster_stamps_its_name_on_every_series(sources: FlakySources
     # An exporter runs in one cluster: a list of several is a one-line error, before any port is bound.
     several = replace(settings, clusters=(ClusterSettings(name="eu-1"), ClusterSettings(name="us-1")))
     with pytest.raises(ConfigError, match="run one exporter per cluster"):
-        serve_exporter(FleetService.demo(several, sources.fleet), port=1)
+        serve_exporter(demo_service(several, sources.fleet), port=1)
 
 
 def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySources) -> None:
-    loop = ExportLoop(FleetService.demo(Settings(), sources.fleet))
+    loop = ExportLoop(demo_service(Settings(), sources.fleet))
     loop.run_once()
     families = {f.name: f for f in text_string_to_metric_families(_scrape(loop))}
     allocation = families["gpuwatch_pod_gpu_allocation"].samples
@@ -139,7 +140,7 @@ def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySource
 
 
 def test_a_failing_source_is_marked_down_and_the_last_series_stay(sources: FlakySources) -> None:
-    service = FleetService(settings=FleetService.demo(Settings(), sources.fleet).settings, sources=sources)
+    service = FleetService(settings=demo_service(Settings(), sources.fleet).settings, sources=sources)
     loop = ExportLoop(service)
     sources.broken = False
     loop.run_once()
@@ -202,13 +203,13 @@ def test_published_prices_and_team_costs_are_those_in_force_at_each_sample(sourc
         start=datetime(2026, 11, 19, 22, tzinfo=UTC), end=datetime(2026, 11, 20, tzinfo=UTC), step_seconds=600
     )
     change = datetime(2026, 11, 19, 23, tzinfo=UTC)
-    pools = sorted(FleetService.demo(Settings(), sources.fleet).analysis(window).nodes["pool"].unique())
+    pools = sorted(demo_service(Settings(), sources.fleet).analysis(window).nodes["pool"].unique())
     dated = (
         DatedPrice(start=window.start, usd_per_gpu_hour=3.0),
         DatedPrice(start=change, usd_per_gpu_hour=1.0),
     )
     settings = Settings(pricing=PriceBook(products={pool: dated for pool in pools}))
-    analysis = FleetService.demo(settings, sources.fleet).analysis(window)
+    analysis = demo_service(settings, sources.fleet).analysis(window)
     families = {f.name: f.samples for f in published_series(analysis, last_only=False)}
     prices = families["gpuwatch_pool_price_usd_per_gpu_hour"]
     before = prices["timestamp"] < pd.Timestamp(change)
@@ -224,7 +225,7 @@ def test_published_prices_and_team_costs_are_those_in_force_at_each_sample(sourc
 def test_budgets_from_the_config_are_published_for_the_idle_spend_alert(sources: FlakySources) -> None:
     sources.broken = False
     budgets = Budgets(monthly_usd={"research": 20_000.0}, idle_usd_per_hour={"research": 5.0, "vision": 0.5})
-    loop = ExportLoop(FleetService.demo(Settings(budgets=budgets), sources.fleet))
+    loop = ExportLoop(demo_service(Settings(budgets=budgets), sources.fleet))
     loop.run_once()
     families = {f.name: f for f in text_string_to_metric_families(_scrape(loop))}
     monthly = families["gpuwatch_team_monthly_budget_usd"].samples
@@ -241,16 +242,18 @@ def test_queue_families_are_the_queue_tables_at_their_last_sample(sources: Flaky
     window's queue tables at the last sample of their grid, the pending counts and oldest waits those of
     the queue table (the window's end)."""
     sources.broken = False
-    service = FleetService.demo(Settings(), sources.fleet)
+    service = demo_service(Settings(), sources.fleet)
     loop = ExportLoop(service)
     assert loop.run_once().error == ""
     scraped = {f.name: f for f in text_string_to_metric_families(_scrape(loop))}
-    names = {n for n in promql.FAMILY_LABELS if n.startswith("gpuwatch_queue_")}
+    names = {n for n in ownseries.FAMILY_LABELS if n.startswith("gpuwatch_queue_")}
     assert len(names) == 7
     for name in names:
         samples = scraped[name].samples
         assert samples, name
-        assert {tuple(sorted(s.labels)) for s in samples} == {tuple(sorted(promql.FAMILY_LABELS[name]))}, name
+        assert {tuple(sorted(s.labels)) for s in samples} == {tuple(sorted(ownseries.FAMILY_LABELS[name]))}, (
+            name
+        )
 
     window = Window(
         start=datetime(2026, 11, 19, 23, tzinfo=UTC), end=datetime(2026, 11, 20, tzinfo=UTC), step_seconds=60

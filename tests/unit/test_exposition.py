@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.errors import DataError
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.exposition import (
+from gpuwatch.core.errors import DataError
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.exposition import (
     CONTENT_TYPE,
     FAMILIES,
     FAMILY_NAMES,

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch.model import MIG_SLICES_PER_GPU, is_gpu_resource, mig_profile_slices
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.core.model import MIG_SLICES_PER_GPU, is_gpu_resource, mig_profile_slices
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
 
 END = datetime(2026, 11, 20, tzinfo=UTC)
 

@@ -12,12 +12,13 @@ import pytest
 
 from gpuwatch.analytics.charges import charges
 from gpuwatch.analytics.cost import PoolRates
-from gpuwatch.chargeback import period_cuts, raw_charges
-from gpuwatch.config import FocusSettings
-from gpuwatch.focus import COLUMNS, focus_rows, render_focus
-from gpuwatch.model import LEDGER_STATES, Commitment, DatedPrice, PriceBook, Window
-from gpuwatch.report import build_report
-from gpuwatch.service import FleetService, demo_end
+from gpuwatch.core.config import FocusSettings
+from gpuwatch.core.model import LEDGER_STATES, Commitment, DatedPrice, PriceBook, Window
+from gpuwatch.read.chargeback import period_cuts, raw_charges
+from gpuwatch.sim.demo import demo_end
+from gpuwatch.sim.demoservice import demo_service
+from gpuwatch.surfaces.focus import COLUMNS, focus_rows, render_focus
+from gpuwatch.surfaces.report import build_report
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 # Two half-hour samples on the last day of November, two on the first of December.
@@ -219,7 +220,7 @@ def demo_day() -> tuple[dict[str, Any], pd.DataFrame]:
     """The demo's last day on the raw path: its report and its charges per hour."""
     end = demo_end()
     window = Window(start=end - timedelta(days=1), end=end)
-    service = FleetService.demo(history_days=2)
+    service = demo_service(history_days=2)
     analysis = service.analysis(window)
     return build_report(analysis), raw_charges(analysis, period_seconds=3600)
 

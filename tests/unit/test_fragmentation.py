@@ -12,8 +12,8 @@ from gpuwatch.analytics.fragmentation import (
     request_mix,
 )
 from gpuwatch.analytics.placement import screen_pending
-from gpuwatch.model import GPU_PRODUCT_LABEL, RESOURCE_GPU, Node, Pod
-from gpuwatch.schema import GPU_REQUESTS, PENDING_PODS, REQUEST_MIX, SCHEDULABLE_FREE
+from gpuwatch.core.model import GPU_PRODUCT_LABEL, RESOURCE_GPU, Node, Pod
+from gpuwatch.core.schema import GPU_REQUESTS, PENDING_PODS, REQUEST_MIX, SCHEDULABLE_FREE
 
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")
 A, B, C = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"

@@ -12,14 +12,15 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from gpuwatch.analysis import Analysis
 from gpuwatch.analytics.fragmentation import diagnose_pending, fragmentation, request_mix
 from gpuwatch.analytics.placement import screen_pending
-from gpuwatch.config import load_settings
-from gpuwatch.model import GPU_PRODUCT_LABEL, RESOURCE_GPU, Node, Pod, cluster_of
-from gpuwatch.schema import PENDING_PODS, REQUEST_MIX
-from gpuwatch.service import FleetService, MultiClusterSources
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import load_settings
+from gpuwatch.core.model import GPU_PRODUCT_LABEL, RESOURCE_GPU, Node, Pod, cluster_of
+from gpuwatch.core.schema import PENDING_PODS, REQUEST_MIX
+from gpuwatch.read.analysis import Analysis
+from gpuwatch.read.service import MultiClusterSources
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
 from gpuwatch.views.base import Scope
 from gpuwatch.views.raw import RawView
 from tests.unit.test_fragmentation import T0, free, requests
@@ -169,10 +170,10 @@ def demo() -> tuple[Analysis, Analysis, Analysis]:
     its clusters read alone as a fleet of one."""
     settings = load_settings(config_path=str(TWO_CLUSTERS), env={})
     eu, us = (build_demo_fleet(seed=seed, end=END, days=0.1) for seed in (42, 43))
-    service = FleetService.demo(settings, eu, history_days=0.1)
+    service = demo_service(settings, eu, history_days=0.1)
     assert isinstance(service.sources, MultiClusterSources)
     both = service.analysis(eu.window)
-    alone = [FleetService.demo(None, f, history_days=0.1).analysis(f.window) for f in (eu, us)]
+    alone = [demo_service(None, f, history_days=0.1).analysis(f.window) for f in (eu, us)]
     return both, alone[0], alone[1]
 
 

@@ -6,11 +6,11 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gpuwatch.config import Settings
-from gpuwatch.exports import report_bytes
-from gpuwatch.model import Window
-from gpuwatch.service import FleetService
-from gpuwatch.sources.simulated import build_demo_fleet
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import Window
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
+from gpuwatch.surfaces.exports import report_bytes
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "demo-report.json"
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -18,7 +18,7 @@ END = datetime(2026, 11, 20, tzinfo=UTC)
 
 def test_the_two_cluster_demo_s_day_is_the_golden_report() -> None:
     fleet = build_demo_fleet(end=END, days=1.5)
-    service = FleetService.demo(Settings(), fleet, clusters=2, history_days=1.5)
+    service = demo_service(Settings(), fleet, clusters=2, history_days=1.5)
     window = Window(start=END - timedelta(days=1), end=END)
     data = report_bytes(service, window, source="raw", fmt="json", group_by="team")
     if os.environ.get("GPUWATCH_UPDATE_GOLDEN"):

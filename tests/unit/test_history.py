@@ -10,22 +10,17 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from gpuwatch.config import Settings
-from gpuwatch.errors import ConfigError
-from gpuwatch.history import (
-    IDLE_FAMILIES,
-    assemble,
-    gap_warnings,
-    idle_workloads,
-    merge_covered,
-    price_cuts,
-    wants_history,
-    workload_table,
-)
-from gpuwatch.model import Budgets, DatedPrice, EnergyTariff, PriceBook, Window
-from gpuwatch.report import build_history_report, json_schema, render, workload_rows
-from gpuwatch.sources import promql
-from gpuwatch.sources.prometheus import HistorySums, day_span, pod_totals, window_pieces
+from gpuwatch.core.config import Settings
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.model import Budgets, DatedPrice, EnergyTariff, PriceBook, Window
+from gpuwatch.read.history import merge_covered, price_cuts, wants_history
+from gpuwatch.read.historypieces import gap_warnings
+from gpuwatch.read.historytables import IDLE_FAMILIES, assemble, idle_workloads, workload_table
+from gpuwatch.sources import historyqueries, ownseries
+from gpuwatch.sources.historysums import HistorySums, pod_totals
+from gpuwatch.sources.windowpieces import day_span, window_pieces
+from gpuwatch.surfaces.renderings import render
+from gpuwatch.surfaces.report import build_history_report, json_schema, workload_rows
 
 POD = ("namespace", "pod", "team", "node", "pool")
 LABELS = {
@@ -62,7 +57,7 @@ LABELS = {
     "largest_free_block_now": ("pool",),
     "pending_now": ("namespace", "pod", "team", "pool", "blocked_by"),
     "pending_waiting_now": ("namespace", "pod", "team", "pool"),
-    "pending_info_now": ("namespace", "pod", "team", "pool", *promql.PENDING_INFO_LABELS),
+    "pending_info_now": ("namespace", "pod", "team", "pool", *ownseries.PENDING_INFO_LABELS),
     "tainted_nodes_now": ("pool", "taint"),
     "pool_info_now": ("pool", "vendor"),
 }
@@ -703,27 +698,27 @@ def test_history_of_the_demo_is_a_usage_error() -> None:
 
 QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
     (
-        promql.exporter_samples_query,
+        historyqueries.exporter_samples_query,
         {"resolution_seconds": 60},
         "count_over_time((max (avg_over_time(gpuwatch_build_info[59999ms])))[86399999ms:60s])",
     ),
     (
-        promql.pool_state_gpus_sum_query,
+        historyqueries.pool_state_gpus_sum_query,
         {"resolution_seconds": 60},
         "sum_over_time((max by (pool, state) (avg_over_time(gpuwatch_pool_gpus[59999ms])))[86399999ms:60s])",
     ),
     (
-        promql.team_state_gpus_sum_query,
+        historyqueries.team_state_gpus_sum_query,
         {"resolution_seconds": 60},
         "sum_over_time((max by (team, state) (avg_over_time(gpuwatch_team_gpus[59999ms])))[86399999ms:60s])",
     ),
     (
-        promql.team_used_gpus_sum_query,
+        historyqueries.team_used_gpus_sum_query,
         {"resolution_seconds": 60},
         "sum_over_time((max by (team) (avg_over_time(gpuwatch_team_used_gpus[59999ms])))[86399999ms:60s])",
     ),
     (
-        promql.team_cost_sum_query,
+        historyqueries.team_cost_sum_query,
         {"resolution_seconds": 60},
         "sum_over_time(\n"
         "  (\n"
@@ -732,7 +727,7 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
         ")",
     ),
     (
-        promql.pod_gpus_sum_query,
+        historyqueries.pod_gpus_sum_query,
         {"metric": "gpuwatch_pod_gpu_allocation", "resolution_seconds": 60},
         "sum by (\n"
         "  namespace, pod, team, node, pool\n"
@@ -749,7 +744,7 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
         ")",
     ),
     (
-        promql.pod_gpus_last_query,
+        historyqueries.pod_gpus_last_query,
         {"metric": "gpuwatch_pod_gpu_allocation", "resolution_seconds": 60},
         "sum by (\n"
         "  namespace, pod, team, node, pool\n"
@@ -766,7 +761,7 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
         ")",
     ),
     (
-        promql.pod_idle_since_last_query,
+        historyqueries.pod_idle_since_last_query,
         {"resolution_seconds": 60},
         "last_over_time(\n"
         "  (\n"
@@ -779,7 +774,7 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
         ")",
     ),
     (
-        promql.pod_need_query,
+        historyqueries.pod_need_query,
         {"metric": "gpuwatch_pod_gpu_used", "resolution_seconds": 60},
         "quantile_over_time(0.95,\n"
         "  (\n"
@@ -788,7 +783,7 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
         ")",
     ),
     (
-        promql.pool_sum_query,
+        historyqueries.pool_sum_query,
         {"metric": "gpuwatch_pool_fragmentation_ratio", "resolution_seconds": 60},
         "sum_over_time(\n"
         "  (\n"
@@ -797,7 +792,7 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
         ")",
     ),
     (
-        promql.node_sum_query,
+        historyqueries.node_sum_query,
         {"metric": "gpuwatch_node_gpu_capacity", "resolution_seconds": 60},
         "sum by (\n"
         "  node\n"
@@ -811,14 +806,14 @@ QUERIES: list[tuple[Callable[..., str], dict[str, Any], str]] = [
     ),
 ]
 LATEST = [
-    (promql.node_capacity_latest_query, "max by (node, pool) (gpuwatch_node_gpu_capacity)"),
-    (promql.largest_free_block_latest_query, "max by (pool) (gpuwatch_pool_largest_free_block_gpus)"),
+    (historyqueries.node_capacity_latest_query, "max by (node, pool) (gpuwatch_node_gpu_capacity)"),
+    (historyqueries.largest_free_block_latest_query, "max by (pool) (gpuwatch_pool_largest_free_block_gpus)"),
     (
-        promql.pending_pod_gpus_latest_query,
+        historyqueries.pending_pod_gpus_latest_query,
         "max by (namespace, pod, team, pool, blocked_by) (gpuwatch_pending_pod_gpus)",
     ),
     (
-        promql.pending_pod_waiting_latest_query,
+        historyqueries.pending_pod_waiting_latest_query,
         "max by (namespace, pod, team, pool) (gpuwatch_pending_pod_waiting_seconds)",
     ),
 ]
@@ -844,29 +839,29 @@ def test_latest_queries_exact_and_in_their_docstrings(builder: Callable[[], str]
 
 
 def test_other_query_variants_and_ranges() -> None:
-    assert promql.team_cost_sum_query(range_seconds=43_200.5, resolution_seconds=30, idle=True) == (
+    assert historyqueries.team_cost_sum_query(range_seconds=43_200.5, resolution_seconds=30, idle=True) == (
         "sum_over_time(\n  (\n"
         "    max by (team) (avg_over_time(gpuwatch_team_idle_cost_usd_per_hour[29999ms]))\n"
         "  )[43200499ms:30s]\n)"
     )
-    assert promql.pool_sum_query(
+    assert historyqueries.pool_sum_query(
         "gpuwatch_pool_price_usd_per_gpu_hour", range_seconds=60, resolution_seconds=15, count=True
     ) == (
         "count_over_time(\n  (\n"
         "    max by (pool) (avg_over_time(gpuwatch_pool_price_usd_per_gpu_hour[14999ms]))\n"
         "  )[59999ms:15s]\n)"
     )
-    for builder in (promql.pod_gpus_sum_query, promql.pod_gpus_last_query):
+    for builder in (historyqueries.pod_gpus_sum_query, historyqueries.pod_gpus_last_query):
         query = builder("gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60, rollup="hour")
         nonzero = builder(
             "gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60, rollup="hour", nonzero=True
         )
         assert nonzero == "(\n" + textwrap.indent(query, "  ") + "\n) > 0"
     with pytest.raises(ConfigError):
-        promql.pod_gpus_sum_query(
+        historyqueries.pod_gpus_sum_query(
             'gpuwatch_pod_gpu_allocation{a="b"}', range_seconds=60, resolution_seconds=60
         )
     with pytest.raises(ConfigError):
-        promql.pool_state_gpus_sum_query(range_seconds=60, resolution_seconds=0)
+        historyqueries.pool_state_gpus_sum_query(range_seconds=60, resolution_seconds=0)
     with pytest.raises(ConfigError):
-        promql.range_duration(0)
+        ownseries.range_duration(0)

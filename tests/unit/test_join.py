@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch.analysis import namespace_teams, nodes_frame, pods_frame
 from gpuwatch.analytics.join import attribute
-from gpuwatch.model import Window
-from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.sources.simulated.source import SimulatedSource
+from gpuwatch.core.model import Window
+from gpuwatch.read.analysis import namespace_teams, nodes_frame, pods_frame
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.source import SimulatedSource
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
 

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.check import kueue_line
-from gpuwatch.errors import KubernetesError
-from gpuwatch.model import (
+from gpuwatch.core.errors import KubernetesError
+from gpuwatch.core.model import (
     KUEUE_QUEUE_LABEL,
     RESOURCE_GPU,
     FlavorQuota,
@@ -19,9 +18,11 @@ from gpuwatch.model import (
     Taint,
     Toleration,
 )
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.kueuecrds import at_version
+from gpuwatch.sim.kueueobjects import kueue_objects
 from gpuwatch.sources.kueue import KUEUE_RBAC, kueue_state, state_from_raw
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
-from gpuwatch.sources.simulated.kueueobjects import at_version, kueue_objects
+from gpuwatch.surfaces.check import kueue_line
 
 JsonObject = dict[str, Any]
 END = datetime(2026, 11, 20, tzinfo=UTC)

@@ -1,82 +1,86 @@
-"""The one-way dependency rule of ARCHITECTURE.md, checked on the import statements of src/gpuwatch."""
+"""The floor plan of docs/architecture.md, checked on the files and import statements of src/gpuwatch:
+dependencies point one way, the simulator (gpuwatch.sim) is chosen by the CLI and gpuwatch.wiring alone,
+no module name appears twice and no module outgrows 900 lines."""
 
 import ast
+from collections import Counter
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "gpuwatch"
+# Packages whose modules are layers of their own (core.model below core.config, read.service below
+# read.devicehealth, ...); every other package is one layer.
+SPLIT = {"core", "read", "surfaces"}
+MAX_LINES = 900
 
+CORE = {"core.units", "core.errors", "core.model", "core.schema", "core.config"}
 # What each layer may import from gpuwatch itself (besides its own layer).
-BASE = {"units", "errors", "model", "schema", "config", "__init__"}
-ALLOWED = {
-    "units": {"errors"},
-    "errors": set(),
-    "model": {"units", "errors"},
-    "schema": {"model", "units", "errors"},
-    "config": {"model", "units", "errors"},
-    "sources": BASE,
-    "analytics": BASE - {"config"},
-    # analysis runs the SPEC §3 model over one window of the sources' frames (pure analytics).
-    "analysis": BASE | {"sources", "analytics", "queues"},
-    "service": BASE | {"sources", "analysis", "queues"},
-    # check, health and simulation stand beside the service: `gpuwatch check`, the /health page's device
-    # telemetry, and the simulated fleet served as the outside systems and written as history.
-    "check": BASE | {"service", "analysis"},
-    "health": BASE | {"service", "analysis", "analytics", "sources"},
-    "simulation": BASE | {"service", "analysis", "series", "sources"},
-    # series renders an analysis (and its queue tables) as gpuwatch_* series for the service layer
-    # (the Analysis and QueueTables types only back).
-    "series": BASE | {"analysis", "queues"},
-    # history assembles reports from gpuwatch's own series (SPEC §4.3), beside service: the second
-    # reader, whose sums go through the same pure analytics (right-sizing) as the raw path's samples.
-    "history": BASE | {"sources", "analytics", "series", "analysis", "queues"},
-    # backfill writes the simulated fleet's history into a TSDB directory (tsdb, promtool).
-    "backfill": BASE | {"simulation", "series", "sources", "tsdb"},
-    # tsdb writes series as Prometheus TSDB blocks.
-    "tsdb": BASE | {"series"},
-    # queues turns Kueue's objects and a report's rows into queue tables (pure analytics under it).
-    "queues": BASE | {"analytics"},
-    "report": BASE | {"analysis", "history", "queues"},
-    # chargeback cuts a window's numbers by charge period on either read path; focus writes them as
-    # FOCUS rows (a surface, as report is).
-    "chargeback": BASE | {"analysis", "analytics", "history", "sources"},
-    "focus": BASE | {"analytics"},
-    # exports: what `gpuwatch report` writes and serve's API answers, on the read path a window asks for.
-    "exports": BASE | {"chargeback", "focus", "health", "history", "report", "service", "views"},
-    "exporter": BASE | {"service", "series"},
-    # views answer a window on one of two read paths: raw (service) or recorded history (history, and
-    # the PromQL reads of sources.prometheus); the service's sources say whether history exists.
-    "views": BASE | {"service", "analysis", "history", "queues", "report", "series", "sources"},
-    # ui draws views and shows the report's numbers; never sources or analytics.
-    "ui": BASE | {"service", "analysis", "exports", "health", "report", "views"},
-    "cli": BASE
-    | {
-        "backfill",
-        "check",
-        "exports",
-        "health",
-        "service",
-        "simulation",
-        "history",
-        "report",
-        "exporter",
-        "ui",
-        "views",
-    },
+ALLOWED: dict[str, set[str]] = {
+    "core.units": {"core.errors"},
+    "core.errors": set(),
+    "core.model": {"core.units", "core.errors"},
+    "core.schema": {"core.model", "core.units", "core.errors"},
+    "core.config": {"core.model", "core.units", "core.errors"},
+    # Adapters to real systems (Prometheus, the Kubernetes API, Kueue, DCGM's exposition) and pure
+    # frame-in, frame-out analytics: the core beneath them alone.
+    "sources": CORE,
+    "analytics": CORE - {"core.config"},
+    # read: a window read from the sources and analysed — the raw path (analysis, service) and the
+    # history path (series; history reads the store, historytables assembles its frames, historypieces
+    # turns its pieces into hours and dollars), charges per period and device health beside them.
+    "read.analysis": CORE | {"sources", "analytics"},
+    "read.service": CORE | {"sources", "analytics", "read.analysis"},
+    "read.series": CORE | {"analytics", "read.analysis"},
+    "read.historypieces": CORE | {"sources"},
+    "read.historytables": CORE | {"sources", "analytics", "read.analysis", "read.historypieces"},
+    "read.history": CORE | {"sources", "analytics", "read.historypieces", "read.historytables"},
+    "read.chargeback": CORE | {"sources", "analytics", "read.analysis", "read.history", "read.historypieces"},
+    "read.devicehealth": CORE | {"sources", "analytics", "read.analysis", "read.service"},
+    # surfaces: what users and tools read: the report document (report) and its renderings (table, json,
+    # csv, parquet, html). views answer a window on either read path for the pages.
+    "surfaces.report": CORE | {"analytics", "read.analysis", "read.historytables"},
+    "surfaces.renderings": CORE | {"read.analysis", "surfaces.report"},
+    "surfaces.focus": CORE | {"analytics"},
+    "surfaces.check": CORE | {"read.analysis", "read.service"},
+    "surfaces.exporter": CORE | {"read.series", "read.service"},
+    "views": CORE
+    | {"sources", "analytics", "read.analysis", "read.history", "read.series", "read.service"}
+    | {"read.historypieces", "read.historytables", "surfaces.report"},
+    "surfaces.exports": CORE
+    | {"read.chargeback", "read.devicehealth", "read.history", "read.service"}
+    | {"surfaces.focus", "surfaces.renderings", "surfaces.report", "views"},
+    "ui": CORE
+    | {"read.analysis", "read.devicehealth", "read.service", "surfaces.exports", "surfaces.report"}
+    | {"surfaces.renderings", "views"},
+    # The simulator stands on the core and the read layer (its fleet is a FleetService's sources);
+    # nothing below the CLI and the wiring module imports it.
+    "sim": CORE
+    | {"sources", "analytics"}
+    | {f"read.{m}" for m in ("analysis", "devicehealth", "series", "service")},
+    "wiring": CORE | {"read.service", "sim"},
+    "cli": CORE
+    | {"read.devicehealth", "read.history", "read.service", "sim", "surfaces.check", "surfaces.exporter"}
+    | {"surfaces.exports", "surfaces.renderings", "ui", "views", "wiring"},
     "__main__": {"cli"},
     "__init__": set(),
 }
 # Third-party libraries confined to one place.
 CONFINED = {
     "dash": {"ui"},
-    "plotly": {"ui", "report"},
-    "prometheus_client": {"exporter"},
+    "plotly": {"ui", "surfaces.renderings"},
+    "prometheus_client": {"surfaces.exporter"},
     "kubernetes": {"sources"},
 }
 
 
+def _layer_of(parts: tuple[str, ...]) -> str:
+    """The layer of a module given by its path under gpuwatch ("read", "service"), without ".py"."""
+    if parts[0] in SPLIT:
+        return ".".join(parts[:2]) if len(parts) > 1 and parts[1] != "__init__" else parts[0]
+    return parts[0]
+
+
 def _layer(path: Path) -> str:
-    rel = path.relative_to(PACKAGE)
-    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+    return _layer_of(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
 def _imports(path: Path) -> set[str]:
@@ -90,30 +94,53 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
 def test_dependencies_point_one_way() -> None:
     broken = []
-    for path in PACKAGE.rglob("*.py"):
+    for path in _modules():
         layer = _layer(path)
         for name in _imports(path):
-            parts = name.split(".")
+            parts = tuple(name.split("."))
             if parts[0] == "gpuwatch" and len(parts) > 1:
-                target = parts[1]
-                if target != layer and target not in ALLOWED[layer]:
+                target = _layer_of(parts[1:])
+                if target != layer and target not in ALLOWED.get(layer, set()):
                     broken.append(f"{path.relative_to(PACKAGE)} imports {name}")
             elif parts[0] in CONFINED and layer not in CONFINED[parts[0]]:
                 broken.append(f"{path.relative_to(PACKAGE)} imports {name}")
     assert broken == []
 
 
+def test_only_the_cli_and_the_wiring_module_import_the_simulator() -> None:
+    users = {_layer(p) for p in _modules() if any(n.startswith("gpuwatch.sim") for n in _imports(p))} - {
+        "sim"
+    }
+    assert users == {"cli", "wiring"}
+    assert not (PACKAGE / "sources" / "simulated").exists()
+
+
+def test_no_module_name_twice_and_none_over_900_lines() -> None:
+    names = Counter(p.name for p in _modules() if p.name != "__init__.py" and p.parent.name != "pages")
+    assert [n for n, count in names.items() if count > 1] == []
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in _modules()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
 def test_kubernetes_client_only_in_its_source_module() -> None:
-    users = [
-        p.name for p in PACKAGE.rglob("*.py") if any(n.split(".")[0] == "kubernetes" for n in _imports(p))
-    ]
+    users = [p.name for p in _modules() if any(n.split(".")[0] == "kubernetes" for n in _imports(p))]
     assert set(users) <= {"kubernetes.py"}
 
 
 def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from gpuwatch.sources.simulated import fleet\nimport dash\n")
-    assert _imports(bad) == {"gpuwatch.sources.simulated", "dash"}
-    assert "sources" not in ALLOWED["ui"] and "ui" not in CONFINED["prometheus_client"]
+    bad.write_text("from gpuwatch.sim import fleet\nimport dash\n")
+    assert _imports(bad) == {"gpuwatch.sim", "dash"}
+    assert _layer_of(("sim", "fleet")) not in ALLOWED["views"] and "ui" not in CONFINED["prometheus_client"]
+    assert _layer_of(("read", "service")) == "read.service" and _layer_of(("read", "__init__")) == "read"
+    assert _layer_of(("surfaces", "exporter", "collector")) == "surfaces.exporter"

@@ -15,8 +15,8 @@ from gpuwatch.analytics.ledger import (
     schedulable_free,
     usage_summary,
 )
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, IdleParams
-from gpuwatch.schema import ATTRIBUTED, IDLE_MARKED, NODE_SAMPLES
+from gpuwatch.core.model import ALLOCATED_STATES, LEDGER_STATES, IdleParams
+from gpuwatch.core.schema import ATTRIBUTED, IDLE_MARKED, NODE_SAMPLES
 
 STEP = 60
 T0 = pd.Timestamp("2026-11-20 00:00", tz="UTC")

@@ -18,8 +18,8 @@ from gpuwatch.analytics.ledger import (
     schedulable_free,
     usage_summary,
 )
-from gpuwatch.model import ALLOCATED_STATES, IdleParams
-from gpuwatch.schema import ATTRIBUTED, GPU_REQUESTS, NODE_SAMPLES
+from gpuwatch.core.model import ALLOCATED_STATES, IdleParams
+from gpuwatch.core.schema import ATTRIBUTED, GPU_REQUESTS, NODE_SAMPLES
 
 STEP = 60
 T0 = pd.Timestamp("2026-11-20", tz="UTC")

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import (
+from gpuwatch.core.errors import ConfigError, DataError
+from gpuwatch.core.model import (
     Amortization,
     DatedPrice,
     Node,

@@ -9,7 +9,7 @@ import pytest
 
 from gpuwatch.analytics.fragmentation import diagnose_pending
 from gpuwatch.analytics.placement import screen_pending
-from gpuwatch.model import (
+from gpuwatch.core.model import (
     GPU_PRODUCT_LABEL,
     KUEUE_ADMISSION_GATE,
     KUEUE_QUEUE_LABEL,
@@ -21,7 +21,7 @@ from gpuwatch.model import (
     Taint,
     Toleration,
 )
-from gpuwatch.schema import PENDING_PODS, SCHEDULABLE_FREE
+from gpuwatch.core.schema import PENDING_PODS, SCHEDULABLE_FREE
 
 END = datetime(2026, 11, 20, 12, tzinfo=UTC)
 H100, A100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpuwatch.errors import ConfigError
-from gpuwatch.sources import promql
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.sources import historyqueries, ownseries, promql
 from gpuwatch.sources.dcgm import DEV_FB_USED, DEV_GPU_UTIL, EXP_XID_ERRORS_TOTAL, PROF_GR_ENGINE_ACTIVE
 from gpuwatch.sources.promql import Matcher, equals, one_of
 
@@ -81,48 +81,56 @@ def test_docstrings_show_the_exact_queries() -> None:
         (promql.field_aliases_selector, f'{{__name__=~"{UTIL_NAMES}"}}'),
         (promql.series_count_query, f'count({{__name__=~"{UTIL_NAMES}"}})'),
         (promql.dcgm_names_selector, promql.dcgm_names_selector()),
-        (promql.pod_allocation_history_query, promql.pod_allocation_history_query(step_seconds=60)),
-        (promql.exporter_interval_query, promql.exporter_interval_query(range_seconds=86400)),
+        (ownseries.pod_allocation_history_query, ownseries.pod_allocation_history_query(step_seconds=60)),
+        (historyqueries.exporter_interval_query, historyqueries.exporter_interval_query(range_seconds=86400)),
         (
-            promql.exporter_samples_query,
-            promql.exporter_samples_query(range_seconds=86400, resolution_seconds=60),
+            historyqueries.exporter_samples_query,
+            historyqueries.exporter_samples_query(range_seconds=86400, resolution_seconds=60),
         ),
         (
-            promql.pool_state_gpus_sum_query,
-            promql.pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60),
+            historyqueries.pool_state_gpus_sum_query,
+            historyqueries.pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=60),
         ),
-        (promql.team_cost_sum_query, promql.team_cost_sum_query(range_seconds=86400, resolution_seconds=60)),
         (
-            promql.pod_gpus_sum_query,
-            promql.pod_gpus_sum_query(
+            historyqueries.team_cost_sum_query,
+            historyqueries.team_cost_sum_query(range_seconds=86400, resolution_seconds=60),
+        ),
+        (
+            historyqueries.pod_gpus_sum_query,
+            historyqueries.pod_gpus_sum_query(
                 "gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60
             ),
         ),
         (
-            promql.pod_gpus_last_query,
-            promql.pod_gpus_last_query(
+            historyqueries.pod_gpus_last_query,
+            historyqueries.pod_gpus_last_query(
                 "gpuwatch_pod_gpu_allocation", range_seconds=86400, resolution_seconds=60
             ),
         ),
         (
-            promql.node_sum_query,
-            promql.node_sum_query("gpuwatch_node_gpu_capacity", range_seconds=86400, resolution_seconds=60),
+            historyqueries.node_sum_query,
+            historyqueries.node_sum_query(
+                "gpuwatch_node_gpu_capacity", range_seconds=86400, resolution_seconds=60
+            ),
         ),
         (
-            promql.namespace_gpus_sum_query,
-            promql.namespace_gpus_sum_query(
+            historyqueries.namespace_gpus_sum_query,
+            historyqueries.namespace_gpus_sum_query(
                 "gpuwatch_pod_gpu_used", range_seconds=86400, resolution_seconds=60, rollup="day"
             ),
         ),
-        (promql.team_state_gpus_latest_query, promql.team_state_gpus_latest_query()),
+        (historyqueries.team_state_gpus_latest_query, historyqueries.team_state_gpus_latest_query()),
         (
-            promql.queue_gpus_mean_query,
-            promql.queue_gpus_mean_query(
+            historyqueries.queue_gpus_mean_query,
+            historyqueries.queue_gpus_mean_query(
                 "gpuwatch_queue_used_gpus", range_seconds=5400, resolution_seconds=60
             ),
         ),
-        (promql.rollup_rules, _rule(promql.rollup_rules(), "hour:gpuwatch_pool_gpus:sum_over_time")),
-        (promql.day_rollup_rules, _rule(promql.day_rollup_rules(), "day:gpuwatch_pool_gpus:sum_over_time")),
+        (ownseries.rollup_rules, _rule(ownseries.rollup_rules(), "hour:gpuwatch_pool_gpus:sum_over_time")),
+        (
+            ownseries.day_rollup_rules,
+            _rule(ownseries.day_rollup_rules(), "day:gpuwatch_pool_gpus:sum_over_time"),
+        ),
     ]:
         doc = (builder.__doc__ or "").split("\n", 1)[1]
         shown = textwrap.dedent(doc.split("::\n", 1)[1] if "::\n" in doc else doc).strip()
@@ -170,40 +178,42 @@ def test_every_gpuwatch_read_keeps_one_copy_of_each_series() -> None:
     """Two publishers of a series differ only in scrape labels: reads take max by the family's own labels
     before any sum, so HA replicas or a second scrape never double count (issue: 33.8 of 28 GPU-hours)."""
     history = [
-        promql.pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
-        promql.team_state_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
-        promql.team_used_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
-        promql.team_cost_sum_query(range_seconds=86400, resolution_seconds=30, idle=True),
+        historyqueries.pool_state_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
+        historyqueries.team_state_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
+        historyqueries.team_used_gpus_sum_query(range_seconds=86400, resolution_seconds=30),
+        historyqueries.team_cost_sum_query(range_seconds=86400, resolution_seconds=30, idle=True),
         *(
-            promql.pod_gpus_sum_query(m, range_seconds=86400, resolution_seconds=30)
-            for m in promql.POD_SUM_METRICS
+            historyqueries.pod_gpus_sum_query(m, range_seconds=86400, resolution_seconds=30)
+            for m in ownseries.POD_SUM_METRICS
         ),
         *(
-            promql.pod_gpus_last_query(m, range_seconds=86400, resolution_seconds=30)
-            for m in promql.POD_LAST_METRICS
+            historyqueries.pod_gpus_last_query(m, range_seconds=86400, resolution_seconds=30)
+            for m in ownseries.POD_LAST_METRICS
         ),
-        promql.pod_idle_since_last_query(range_seconds=86400, resolution_seconds=30),
-        promql.pool_sum_query(
+        historyqueries.pod_idle_since_last_query(range_seconds=86400, resolution_seconds=30),
+        historyqueries.pool_sum_query(
             "gpuwatch_pool_price_usd_per_gpu_hour", range_seconds=86400, resolution_seconds=30
         ),
-        promql.node_sum_query("gpuwatch_node_gpus_reporting", range_seconds=86400, resolution_seconds=30),
-        promql.exporter_samples_query(range_seconds=86400, resolution_seconds=30),
-        promql.pod_allocation_history_query(step_seconds=60),
-        promql.node_capacity_latest_query(),
-        promql.largest_free_block_latest_query(),
-        promql.pending_pod_gpus_latest_query(),
-        promql.pending_pod_waiting_latest_query(),
+        historyqueries.node_sum_query(
+            "gpuwatch_node_gpus_reporting", range_seconds=86400, resolution_seconds=30
+        ),
+        historyqueries.exporter_samples_query(range_seconds=86400, resolution_seconds=30),
+        ownseries.pod_allocation_history_query(step_seconds=60),
+        historyqueries.node_capacity_latest_query(),
+        historyqueries.largest_free_block_latest_query(),
+        historyqueries.pending_pod_gpus_latest_query(),
+        historyqueries.pending_pod_waiting_latest_query(),
     ]
     for query in history:
         flat = " ".join(query.split()).replace("( ", "(").replace(" )", ")")
         metric = re.findall(r"gpuwatch_[a-z_]+", flat)[0]
-        labels = promql.FAMILY_LABELS[metric]
+        labels = ownseries.FAMILY_LABELS[metric]
         by = f"max by ({', '.join(labels)}) (" if labels else "max ("
         assert by in flat, query
         # The copy-collapsing max is applied to the raw series, before anything sums across them.
         assert flat.index(by) < flat.index(metric), query
     # Sums over time run on a grid: the max is taken at each grid point, not once per series.
-    grid = promql.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=30)
+    grid = historyqueries.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=30)
     assert grid.endswith("[3599999ms:30s])") and "avg_over_time(gpuwatch_pool_gpus[29999ms])" in grid
 
 
@@ -211,16 +221,18 @@ def test_the_rollup_rules_keep_each_cluster_apart_and_the_reads_stay_as_they_wer
     """Rules evaluated over a store shared by several clusters (Thanos, Mimir, vmalert ruler) keep one copy
     of each series per cluster: two clusters' pool H100 or pod ml/train-0 are two roll-ups, never one max.
     The history path's own reads of one cluster's store are unchanged (the label absent, the same)."""
-    rules = [*promql.rollup_rules(), *promql.day_rollup_rules()]
+    rules = [*ownseries.rollup_rules(), *ownseries.day_rollup_rules()]
     markers = {
-        promql.ROLLUP_MARKER,
-        promql.DAY_ROLLUP_MARKER,
-        promql.NAMESPACE_ROLLUP_MARKER,
-        promql.DAY_NAMESPACE_ROLLUP_MARKER,
+        ownseries.ROLLUP_MARKER,
+        ownseries.DAY_ROLLUP_MARKER,
+        ownseries.NAMESPACE_ROLLUP_MARKER,
+        ownseries.DAY_NAMESPACE_ROLLUP_MARKER,
     }
-    namespaces = len(promql.namespace_rollups())
-    assert len(rules) == 2 * (len(promql.ROLLUPS) + 1) + 2 * (namespaces + 1) - len(promql.HOUR_ONLY_ROLLUPS)
-    summed_per_namespace = {r["record"] for r in promql.namespace_rollup_rules()}
+    namespaces = len(ownseries.namespace_rollups())
+    assert len(rules) == 2 * (len(ownseries.ROLLUPS) + 1) + 2 * (namespaces + 1) - len(
+        ownseries.HOUR_ONLY_ROLLUPS
+    )
+    summed_per_namespace = {r["record"] for r in ownseries.namespace_rollup_rules()}
     for rule in rules:
         if rule["record"] in markers:
             assert rule["expr"] == "vector(time())"
@@ -231,35 +243,37 @@ def test_the_rollup_rules_keep_each_cluster_apart_and_the_reads_stay_as_they_wer
             assert groupings and all(g.endswith("cluster") for g in groupings), rule
             continue
         metric = rule["record"].split(":")[1]
-        by = ", ".join((*promql.FAMILY_LABELS[metric], "cluster"))
+        by = ", ".join((*ownseries.FAMILY_LABELS[metric], "cluster"))
         assert f"max by ({by}) (" in flat, rule
         assert not re.search(r"\b(sum|max|min|avg|count) \(", flat), rule
-    hourly = {r["record"]: r["expr"] for r in promql.rollup_rules()}
+    hourly = {r["record"]: r["expr"] for r in ownseries.rollup_rules()}
     assert hourly["hour:gpuwatch_build_info:count_over_time"] == (
         "count_over_time((max by (cluster) (avg_over_time(gpuwatch_build_info[59999ms])))[3599999ms:60s])"
     )
     reads = [
-        promql.exporter_samples_query(range_seconds=3600, resolution_seconds=60),
-        promql.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=60),
-        promql.pod_gpus_last_query("gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60),
-        promql.one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus"),
+        historyqueries.exporter_samples_query(range_seconds=3600, resolution_seconds=60),
+        historyqueries.pool_state_gpus_sum_query(range_seconds=3600, resolution_seconds=60),
+        historyqueries.pod_gpus_last_query(
+            "gpuwatch_pod_gpu_idle", range_seconds=3600, resolution_seconds=60
+        ),
+        ownseries.one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus"),
     ]
     assert not any("cluster" in query for query in reads)
     assert reads[0] == "count_over_time((max (avg_over_time(gpuwatch_build_info[59999ms])))[3599999ms:60s])"
     with pytest.raises(ConfigError):
-        promql.one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus", keep=["not a label"])
+        ownseries.one_copy("gpuwatch_pool_gpus", "gpuwatch_pool_gpus", keep=["not a label"])
 
 
 def test_a_pod_family_read_for_some_pods_or_a_team_carries_their_matchers() -> None:
     pods = [promql.one_of("namespace", ["ml"]), promql.one_of("pod", ["a.b", "c"])]
-    query = promql.pod_gpus_last_query(
+    query = historyqueries.pod_gpus_last_query(
         "gpuwatch_pod_gpu_idle", range_seconds=86400, resolution_seconds=60, rollup="day", matchers=pods
     )
     assert 'day:gpuwatch_pod_gpu_idle:last_over_time{namespace=~"ml", pod=~"a\\\\.b|c"}[86399999ms]' in query
     team = [promql.one_of("team", ["nlp"])]
-    since = promql.pod_idle_since_last_query(range_seconds=3600, resolution_seconds=60, matchers=team)
+    since = historyqueries.pod_idle_since_last_query(range_seconds=3600, resolution_seconds=60, matchers=team)
     assert 'gpuwatch_pod_gpu_idle_since_timestamp_seconds{team=~"nlp"}[59999ms]' in since
-    summed = promql.namespace_gpus_sum_query(
+    summed = historyqueries.namespace_gpus_sum_query(
         "gpuwatch_pod_gpu_allocation", range_seconds=3600, resolution_seconds=60, matchers=team
     )
     assert summed.startswith("sum by (\n  namespace, team, pool\n)")

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from gpuwatch.model import (
+from gpuwatch.analytics.queuetables import QueueSetup, queue_setup, queue_tables, workload_inputs
+from gpuwatch.core.model import (
     GPU_PRODUCT_LABEL,
     RESOURCE_GPU,
     ClusterQueue,
@@ -20,8 +21,7 @@ from gpuwatch.model import (
     Window,
     Workload,
 )
-from gpuwatch.queues import QueueSetup, queue_setup, queue_tables, workload_inputs
-from gpuwatch.schema import POOL_PRICES
+from gpuwatch.core.schema import POOL_PRICES
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
 H100, T4 = "NVIDIA-H100-80GB-HBM3", "TESLA-T4"

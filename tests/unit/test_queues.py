@@ -15,8 +15,8 @@ from gpuwatch.analytics.queues import (
     reclaim_candidates,
     wait_stats,
 )
-from gpuwatch.errors import DataError
-from gpuwatch.schema import (
+from gpuwatch.core.errors import DataError
+from gpuwatch.core.schema import (
     BLOCKED_VS_IDLE,
     FAIRNESS,
     IDLE_PODS,

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from gpuwatch.analysis import Analysis, analysis_queues
 from gpuwatch.analytics.queues import reclaim_candidates
-from gpuwatch.config import Settings, load_settings
-from gpuwatch.errors import KubernetesError
-from gpuwatch.model import (
+from gpuwatch.analytics.queuetables import QueueSetup, QueueTables
+from gpuwatch.core.config import Settings, load_settings
+from gpuwatch.core.errors import KubernetesError
+from gpuwatch.core.model import (
     GPU_PRODUCT_LABEL,
     RESOURCE_GPU,
     ClusterQueue,
@@ -29,13 +29,14 @@ from gpuwatch.model import (
     normalize_product,
     qualified,
 )
-from gpuwatch.queues import QueueSetup, QueueTables
-from gpuwatch.report import build_report
-from gpuwatch.schema import IDLE_PODS, POOL_PRICES, QUEUE_USAGE
-from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources, demo_settings
+from gpuwatch.core.schema import IDLE_PODS, POOL_PRICES, QUEUE_USAGE
+from gpuwatch.read.analysis import Analysis, analysis_queues
+from gpuwatch.read.service import FleetService, MultiClusterSources
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_service, demo_settings
+from gpuwatch.sim.fleet import SimulatedFleet
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.sources.simulated.fleet import SimulatedFleet
+from gpuwatch.surfaces.report import build_report
 
 END = datetime(2026, 11, 20, tzinfo=UTC)
 TWO_CLUSTERS = Path(__file__).parents[2] / "docs/examples/two-clusters.yaml"
@@ -62,7 +63,7 @@ def demo() -> tuple[Read, dict[str, Read]]:
     """The two-cluster demo read as one fleet, and each of its clusters read alone."""
     settings = load_settings(config_path=str(TWO_CLUSTERS), env={})
     fleet = build_demo_fleet(seed=42, end=END, days=0.1)
-    service = FleetService.demo(settings, fleet, history_days=0.1)
+    service = demo_service(settings, fleet, history_days=0.1)
     assert isinstance(service.sources, MultiClusterSources)
     alone = {
         name: read(FleetService(settings=service.settings, sources=member))

@@ -13,19 +13,21 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from gpuwatch.analysis import Analysis, usage_tables
-from gpuwatch.config import Settings
-from gpuwatch.model import LEDGER_STATES, PriceBook, Window
-from gpuwatch.report import build_report, group_rows, json_schema, render
-from gpuwatch.service import FleetService, SimulatedSources
-from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.sources.simulated.demo import (
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import LEDGER_STATES, PriceBook, Window
+from gpuwatch.read.analysis import Analysis, usage_tables
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demo import (
     DEMO_COMMITMENT,
     DEMO_COMMITMENT_BEFORE_END,
     DEMO_PRICE_CHANGE,
     DEMO_PRICE_CHANGE_BEFORE_END,
     DEMO_PRICES_USD_PER_GPU_HOUR,
 )
+from gpuwatch.sim.demoservice import SimulatedSources, demo_service
+from gpuwatch.surfaces.renderings import render
+from gpuwatch.surfaces.report import build_report, group_rows, json_schema
 from gpuwatch.views.base import Scope
 from gpuwatch.views.raw import filter_analysis
 
@@ -33,7 +35,7 @@ from gpuwatch.views.raw import filter_analysis
 @pytest.fixture(scope="module")
 def analysis() -> Analysis:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
-    return FleetService.demo(Settings(), fleet).analysis(fleet.window)
+    return demo_service(Settings(), fleet).analysis(fleet.window)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +194,7 @@ def test_table_and_html_show_the_same_numbers(report: dict[str, Any]) -> None:
 
 
 def test_unknown_format_and_grouping_are_one_line_errors(report: dict[str, Any]) -> None:
-    from gpuwatch.errors import ConfigError
+    from gpuwatch.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--format must be one of"):
         render(report, "xml")
@@ -203,10 +205,10 @@ def test_unknown_format_and_grouping_are_one_line_errors(report: dict[str, Any])
 def test_the_demo_prices_each_a100_hour_at_the_rate_in_force_when_it_ran() -> None:
     end = datetime(2026, 11, 20, tzinfo=UTC)
     fleet = build_demo_fleet(seed=42, end=end, days=16, step_seconds=600)
-    dated = FleetService.demo(Settings(), fleet)
+    dated = demo_service(Settings(), fleet)
     # The same book with the A100 at its old price all along (the H100 commitment kept).
     book = replace(dated.settings.pricing, products=DEMO_PRICES_USD_PER_GPU_HOUR)
-    flat = FleetService.demo(Settings(pricing=book), fleet)
+    flat = demo_service(Settings(pricing=book), fleet)
     change = end - DEMO_PRICE_CHANGE_BEFORE_END
     a100, new_price = DEMO_PRICE_CHANGE
 
@@ -257,7 +259,7 @@ def test_teams_carry_their_budget_and_the_months_forecast(report: dict[str, Any]
 
 def test_energy_is_each_gpus_draw_once_across_a_counter_reset_and_split_by_holders() -> None:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
-    report = build_report(FleetService.demo(Settings(), fleet).analysis(fleet.window))
+    report = build_report(demo_service(Settings(), fleet).analysis(fleet.window))
     telemetry = fleet.telemetry()
     # The first H100 node's driver reloads half way: its counters restart from 0 ...
     reset = telemetry[telemetry["node"] == "gpu-h100-000"].sort_values("timestamp")
@@ -303,7 +305,7 @@ def test_the_demo_has_a_workload_for_every_recommendation_kind(report: dict[str,
 
 def test_a_team_filter_keeps_that_teams_energy_alone() -> None:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=0.25)
-    analysis = FleetService.demo(Settings(), fleet).analysis(fleet.window)
+    analysis = demo_service(Settings(), fleet).analysis(fleet.window)
     whole = build_report(analysis)
     team = next(t for t in whole["teams"] if t["energy_kwh"])
     scoped = build_report(filter_analysis(analysis, Scope(teams=(team["team"],))))

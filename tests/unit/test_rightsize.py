@@ -20,8 +20,8 @@ from gpuwatch.analytics.rightsize import (
     recommend,
     workload_usage,
 )
-from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.schema import RIGHTSIZE_WORKLOADS
+from gpuwatch.core.errors import ConfigError, DataError
+from gpuwatch.core.schema import RIGHTSIZE_WORKLOADS
 
 A100, H100, L4, T4, A30 = (
     "NVIDIA-A100-SXM4-80GB",

@@ -5,16 +5,16 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.config import Settings
-from gpuwatch.history import RIGHTSIZE_FAMILIES, assemble, rightsizing_table
-from gpuwatch.model import PriceBook
-from gpuwatch.report import (
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import PriceBook
+from gpuwatch.read.historytables import RIGHTSIZE_FAMILIES, assemble, rightsizing_table
+from gpuwatch.sources.historysums import POD_FAMILIES, HistorySums
+from gpuwatch.surfaces.report import (
     RIGHTSIZE_COLUMNS,
     build_history_report,
     rightsizing_from_tables,
     rightsizing_of,
 )
-from gpuwatch.sources.prometheus import POD_FAMILIES, HistorySums
 from tests.unit.test_history import H100, L4, WINDOW, _sums
 
 GIB = 1024.0**3

@@ -4,7 +4,7 @@ import math
 
 import pandas as pd
 
-from gpuwatch.report import (
+from gpuwatch.surfaces.report import (
     RIGHTSIZE_CHANGES,
     RIGHTSIZE_COLUMNS,
     _flat,

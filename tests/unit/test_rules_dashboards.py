@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpuwatch.backfill import rollup_families
-from gpuwatch.series import Family
-from gpuwatch.sources import promql
+from gpuwatch.read.series import Family
+from gpuwatch.sim.backfill import rollup_families
+from gpuwatch.sources import ownseries
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
@@ -201,7 +201,7 @@ def test_the_team_waste_dashboard_has_a_queues_row_of_every_queue_family() -> No
     read = {
         name for p in below for t in p["targets"] for name in re.findall(r"gpuwatch_queue_[a-z_]+", t["expr"])
     }
-    queue_families = {name for name in promql.FAMILY_LABELS if name.startswith("gpuwatch_queue_")}
+    queue_families = {name for name in ownseries.FAMILY_LABELS if name.startswith("gpuwatch_queue_")}
     assert read == queue_families
     units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in below}
     assert units["Oldest pending workload's wait per queue"] == "s"
@@ -406,14 +406,14 @@ def test_the_hourly_rollups_are_the_grid_reads_the_history_path_makes() -> None:
     (group,) = [g for g in groups if g["name"] == "gpuwatch.rollup"]
     assert group["interval"] == "1h"
     written = [{"record": r["record"], "expr": r["expr"].rstrip("\n")} for r in group["rules"]]
-    assert written == promql.rollup_rules()
+    assert written == ownseries.rollup_rules()
 
 
 def test_the_idle_and_unknown_rollups_keep_only_pods_above_zero_as_the_backfill_writes_them() -> None:
     """hour:…idle/unknown:sum_over_time are `(…) > 0` in the rules and in the backfill: a pod busy all hour
     has no idle roll-up that hour (it reads as 0), while its allocation and its last idle GE keep zeros
     (a pod busy at the end of a day must read as busy, not as idle at the end of an earlier one)."""
-    hourly = {r["record"]: r["expr"] for r in promql.rollup_rules()}
+    hourly = {r["record"]: r["expr"] for r in ownseries.rollup_rules()}
     for metric in ("gpuwatch_pod_gpu_idle", "gpuwatch_pod_gpu_unknown"):
         assert hourly[f"hour:{metric}:sum_over_time"].endswith(") > 0")
     for metric, function in (("allocation", "sum"), ("idle", "last")):
@@ -451,9 +451,9 @@ def test_the_daily_rollups_sum_the_hourly_ones_the_history_path_reads_days_from(
     (group,) = [g for g in groups if g["name"] == "gpuwatch.rollup.daily"]
     assert group["interval"] == "1d"
     written = [{"record": r["record"], "expr": r["expr"].rstrip("\n")} for r in group["rules"]]
-    assert written == promql.day_rollup_rules()
-    hourly = {r["record"] for r in promql.rollup_rules()}
-    hour_only = {promql.rollup_name(metric, function) for metric, function in promql.HOUR_ONLY_ROLLUPS}
+    assert written == ownseries.day_rollup_rules()
+    hourly = {r["record"] for r in ownseries.rollup_rules()}
+    hour_only = {ownseries.rollup_name(metric, function) for metric, function in ownseries.HOUR_ONLY_ROLLUPS}
     assert {r["record"].replace("day:", "hour:", 1) for r in written} == hourly - hour_only
 
 

@@ -7,12 +7,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuwatch.analysis import Analysis, analyze, nodes_frame, pods_frame, silent_gpu_warnings, usage_tables
 from gpuwatch.analytics.join import attribute
 from gpuwatch.analytics.ledger import ledger_gpu_hours, silent_units
-from gpuwatch.config import Settings
-from gpuwatch.model import RESOURCE_GPU, Namespace, Node, Pod, TeamRules, Window
-from gpuwatch.series import published_series
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import RESOURCE_GPU, Namespace, Node, Pod, TeamRules, Window
+from gpuwatch.read.analysis import (
+    Analysis,
+    analyze,
+    nodes_frame,
+    pods_frame,
+    silent_gpu_warnings,
+    usage_tables,
+)
+from gpuwatch.read.series import published_series
 from gpuwatch.sources.kubernetes import ClusterState
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)

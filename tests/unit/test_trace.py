@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.errors import DataError
-from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.sources.simulated.fleet import SimulatedFleet, sample_spans
-from gpuwatch.sources.simulated.openb import NODE_COLUMNS, POD_COLUMNS
-from gpuwatch.sources.simulated.trace import (
+from gpuwatch.core.errors import DataError
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.fleet import SimulatedFleet, sample_spans
+from gpuwatch.sim.openb import NODE_COLUMNS, POD_COLUMNS
+from gpuwatch.sim.trace import (
     QOS_ARCHETYPES,
     OpenbFleet,
     OpenbTrace,

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from dash import dcc
 
-from gpuwatch.model import LEDGER_STATES
+from gpuwatch.core.model import LEDGER_STATES
 from gpuwatch.ui.components import Column, Markup, first_nodes, table, two_lines
 from gpuwatch.ui.figures import queue_borrowing, sparkline_svg, waste_treemap
 from gpuwatch.ui.rows import free_gpus, gpu_marks, gpus_to_look_at

@@ -13,13 +13,14 @@ from typing import Any, TypeVar
 import pandas as pd
 import pytest
 
-from gpuwatch.config import Settings, UiSettings
-from gpuwatch.errors import PrometheusError
-from gpuwatch.model import KueueState, Namespace, Node, SourceWait, Window
-from gpuwatch.report import build_report
-from gpuwatch.service import FleetService, SimulatedSources, demo_settings
+from gpuwatch.core.config import Settings, UiSettings
+from gpuwatch.core.errors import PrometheusError
+from gpuwatch.core.model import KueueState, Namespace, Node, SourceWait, Window
+from gpuwatch.read.service import FleetService
+from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim.demoservice import SimulatedSources, demo_service, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.sources.simulated import SimulatedFleet, build_demo_fleet
+from gpuwatch.surfaces.report import build_report
 from gpuwatch.ui.components import change, points
 from gpuwatch.ui.data import Loaded, ViewStore
 from gpuwatch.ui.filters import CUSTOM, Filters
@@ -51,7 +52,7 @@ def test_bucketed_averages_per_sample_totals_and_counts_missing_samples_as_zero(
 @pytest.fixture(scope="module")
 def service() -> FleetService:
     fleet = build_demo_fleet(seed=42, end=datetime(2026, 11, 20, tzinfo=UTC), days=1)
-    return FleetService.demo(Settings(), fleet)
+    return demo_service(Settings(), fleet)
 
 
 def test_no_filter_is_the_analysis_itself_and_a_team_filter_keeps_the_teams_own(

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpuwatch.errors import DataError
-from gpuwatch.units import (
+from gpuwatch.core.errors import DataError
+from gpuwatch.core.units import (
     mib_to_bytes,
     millijoules_to_joules,
     parse_duration_seconds,

@@ -6,7 +6,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpuwatch.sources.prometheus import _parse
+from gpuwatch.sources.promclient import _parse
 from gpuwatch.sources.vector import vector_frame
 
 

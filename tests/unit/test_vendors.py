@@ -20,14 +20,16 @@ from datetime import UTC, datetime
 import pandas as pd
 import pytest
 
-from gpuwatch.analysis import analyze
-from gpuwatch.config import Settings
-from gpuwatch.model import PriceBook, Window, ge_per_unit, vendor_of_resource
-from gpuwatch.report import build_report
-from gpuwatch.sources.dcgm import ExporterPods, gpu_rows, samples_frame
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import PriceBook, Window, ge_per_unit, vendor_of_resource
+from gpuwatch.core.units import BYTES_PER_MIB
+from gpuwatch.read.analysis import analyze
+from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim.demoservice import demo_service
+from gpuwatch.sources.dcgm import ExporterPods
+from gpuwatch.sources.dcgmrows import gpu_rows, samples_frame
 from gpuwatch.sources.kubernetes import ClusterState, _Problems, parse_namespace, parse_node, parse_pod
-from gpuwatch.sources.simulated import build_demo_fleet
-from gpuwatch.units import BYTES_PER_MIB
+from gpuwatch.surfaces.report import build_report
 from tests.unit.test_dcgm import parse
 
 GIB = 1024 * BYTES_PER_MIB
@@ -342,11 +344,10 @@ def test_the_ledger_on_a_mixed_vendor_fleet() -> None:
 
 
 def test_team_quotas_count_every_vendors_gpu_resources() -> None:
-    from gpuwatch.health import team_quotas
-    from gpuwatch.service import FleetService
+    from gpuwatch.read.devicehealth import team_quotas
 
     fleet = build_demo_fleet(seed=42, end=T0, days=0.1)
-    quotas = team_quotas(FleetService.demo(Settings(), fleet)).set_index("team")
+    quotas = team_quotas(demo_service(Settings(), fleet)).set_index("team")
     running = [p for p in fleet.api_pods() if p.phase == "Running" and p.namespace == "llm-research"]
     held = {r: sum(p.gpu_requests.get(r, 0.0) for p in running) for r in ("nvidia.com/gpu", "amd.com/gpu")}
     assert held["amd.com/gpu"] > 0  # the team's MI300X jobs run under the same ResourceQuota

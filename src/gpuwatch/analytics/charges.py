@@ -5,7 +5,7 @@ import pandas as pd
 
 from gpuwatch.analytics.cost import PoolRates
 from gpuwatch.analytics.ledger import SECONDS_PER_HOUR
-from gpuwatch.schema import CHARGES
+from gpuwatch.core.schema import CHARGES
 
 # The ledger states a workload holds GPUs in, and those of the fleet's GPUs no workload holds.
 WORKLOAD_STATES = ("allocated_active", "allocated_idle", "allocated_unknown")

@@ -10,7 +10,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch.analytics.ledger import SECONDS_PER_HOUR, summarize_usage
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, PriceBook, normalize_product, utc
+from gpuwatch.core.model import ALLOCATED_STATES, LEDGER_STATES, PriceBook, normalize_product, utc
 
 
 @dataclass(frozen=True, slots=True)

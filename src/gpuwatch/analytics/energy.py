@@ -8,9 +8,15 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from gpuwatch.analytics.ledger import group_codes
-from gpuwatch.errors import DataError
-from gpuwatch.model import EnergyTariff, in_force
-from gpuwatch.schema import ATTRIBUTED, ATTRIBUTED_ENERGY, ENERGY_SAMPLES, GPU_ENERGY, categorical_strings
+from gpuwatch.core.errors import DataError
+from gpuwatch.core.model import EnergyTariff, in_force
+from gpuwatch.core.schema import (
+    ATTRIBUTED,
+    ATTRIBUTED_ENERGY,
+    ENERGY_SAMPLES,
+    GPU_ENERGY,
+    categorical_strings,
+)
 
 JOULES_PER_KWH: Final = 3.6e6
 # Summed GE shares carry float noise (3/7 + 4/7 is not exactly 1): a remainder below this is none.

@@ -6,8 +6,8 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from gpuwatch.model import cluster_of, normalize_product, utc
-from gpuwatch.schema import (
+from gpuwatch.core.model import cluster_of, normalize_product, utc
+from gpuwatch.core.schema import (
     GPU_REQUESTS,
     PENDING_PODS,
     PENDING_SCREENS,

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpuwatch.model import MIG_SLICES_PER_GPU, mig_profile_slices
-from gpuwatch.schema import ATTRIBUTED
+from gpuwatch.core.model import MIG_SLICES_PER_GPU, mig_profile_slices
+from gpuwatch.core.schema import ATTRIBUTED
 
 _KEY = ["namespace", "pod"]
 _UNIT = ["node", "uuid", "gpu_instance_id"]

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, IdleParams
-from gpuwatch.schema import ATTRIBUTED, IDLE_MARKED, NODE_FRAGMENTATION, NODE_SAMPLES, SCHEDULABLE_FREE
+from gpuwatch.core.model import ALLOCATED_STATES, LEDGER_STATES, IdleParams
+from gpuwatch.core.schema import ATTRIBUTED, IDLE_MARKED, NODE_FRAGMENTATION, NODE_SAMPLES, SCHEDULABLE_FREE
 
 SECONDS_PER_HOUR = 3600.0
 # Summed GE shares carry float noise (7 × 1/7 is not exactly 1): differences below this are zero.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gpuwatch.model import (
+from gpuwatch.core.model import (
     KUEUE_ADMISSION_GATE,
     KUEUE_QUEUE_LABEL,
     LIFECYCLE_TAINT_PREFIX,
@@ -25,7 +25,7 @@ from gpuwatch.model import (
     cluster_of,
     product_label,
 )
-from gpuwatch.schema import PENDING_SCREENS, PLACEABLE_NODES
+from gpuwatch.core.schema import PENDING_SCREENS, PLACEABLE_NODES
 
 
 def policy_taints(node: Node) -> list[Taint]:

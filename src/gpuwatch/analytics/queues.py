@@ -9,9 +9,9 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch.analytics.ledger import EPSILON_GE, SECONDS_PER_HOUR
-from gpuwatch.errors import DataError
-from gpuwatch.model import cluster_of, utc
-from gpuwatch.schema import (
+from gpuwatch.core.errors import DataError
+from gpuwatch.core.model import cluster_of, utc
+from gpuwatch.core.schema import (
     ADMISSION_TIMES,
     BLOCKED_VS_IDLE,
     FAIRNESS,

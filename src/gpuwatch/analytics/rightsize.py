@@ -12,16 +12,16 @@ import numpy.typing as npt
 import pandas as pd
 
 from gpuwatch.analytics.ledger import group_codes
-from gpuwatch.errors import ConfigError, DataError
-from gpuwatch.model import (
+from gpuwatch.core.errors import ConfigError, DataError
+from gpuwatch.core.model import (
     HOURS_PER_MONTH,
     MIG_SLICES_PER_GPU,
     PriceBook,
     mig_profile_slices,
     normalize_product,
 )
-from gpuwatch.schema import RIGHTSIZE_PACKING, RIGHTSIZE_RECOMMENDATIONS, RIGHTSIZE_WORKLOADS
-from gpuwatch.units import BYTES_PER_MIB
+from gpuwatch.core.schema import RIGHTSIZE_PACKING, RIGHTSIZE_RECOMMENDATIONS, RIGHTSIZE_WORKLOADS
+from gpuwatch.core.units import BYTES_PER_MIB
 
 Floats = npt.NDArray[np.float64]
 

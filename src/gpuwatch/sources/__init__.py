@@ -1,1 +1,2 @@
-"""The outside world (Prometheus, the Kubernetes API, the simulated fleet) turned into model objects."""
+"""Adapters to the real systems gpuwatch reads — Prometheus (or a compatible store), the Kubernetes API and
+Kueue — turning what they hold into model objects and frames; the simulator lives in gpuwatch.sim."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Generic, TypeVar
 
-from gpuwatch.errors import KubernetesError
-from gpuwatch.model import KueueState
+from gpuwatch.core.errors import KubernetesError
+from gpuwatch.core.model import KueueState
 from gpuwatch.sources.kubernetes import (
     ClusterState,
     JsonObject,

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import urllib3
 
-from gpuwatch.model import SourceWait
+from gpuwatch.core.model import SourceWait
 
 # Asked for by every request read with read_body (it decodes these; br or zstd it would not).
 ACCEPT_ENCODING: Final = "gzip, deflate"

@@ -18,22 +18,21 @@ from typing import Protocol, TypeVar
 import numpy as np
 import pandas as pd
 
-from gpuwatch.errors import PrometheusError
-from gpuwatch.model import Window, cluster_of, qualified
-from gpuwatch.sources.prometheus import (
+from gpuwatch.core.errors import PrometheusError
+from gpuwatch.core.model import Window, cluster_of, qualified
+from gpuwatch.sources.historysums import (
     HistorySums,
     HistoryTimeline,
     PodReader,
-    PrometheusSource,
-    history_pieces,
     history_sums,
     history_timeline,
     node_states_now,
     pods_by_node_now,
     team_pool_timeline,
     team_states_now,
-    window_pieces,
 )
+from gpuwatch.sources.prometheus import PrometheusSource
+from gpuwatch.sources.windowpieces import history_pieces, window_pieces
 
 T = TypeVar("T")
 CLUSTER: str = "cluster"  # the pieces' column naming the cluster whose history each piece is

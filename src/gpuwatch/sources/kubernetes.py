@@ -14,8 +14,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from gpuwatch.errors import ConfigError, DataError, KubernetesError
-from gpuwatch.model import (
+from gpuwatch.core.errors import ConfigError, DataError, KubernetesError
+from gpuwatch.core.model import (
     AMD_PARTITION_LABEL,
     PRODUCT_LABELS,
     RESOURCE_AMD_GPU,
@@ -35,9 +35,9 @@ from gpuwatch.model import (
     normalize_product,
     utc,
 )
+from gpuwatch.core.units import BYTES_PER_MIB, parse_quantity
 from gpuwatch.sources.dcgm import EXPORTER_CONTAINERS
 from gpuwatch.sources.deadline import Deadline, DeadlineError, InFlight, read_body, socket_of
-from gpuwatch.units import BYTES_PER_MIB, parse_quantity
 
 JsonObject = dict[str, Any]
 # The core/v1 collections read, by kind: requested through the client's ApiClient rather than CoreV1Api,

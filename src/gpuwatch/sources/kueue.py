@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from gpuwatch.errors import DataError
-from gpuwatch.model import (
+from gpuwatch.core.errors import DataError
+from gpuwatch.core.model import (
     ClusterQueue,
     Cohort,
     FlavorQuota,
@@ -26,6 +26,7 @@ from gpuwatch.model import (
     is_gpu_resource,
     qualified,
 )
+from gpuwatch.core.units import parse_quantity
 from gpuwatch.sources.kubernetes import (
     JsonObject,
     KubernetesSource,
@@ -36,7 +37,6 @@ from gpuwatch.sources.kubernetes import (
     parse_taints,
     parse_tolerations,
 )
-from gpuwatch.units import parse_quantity
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # the first one the server serves is read

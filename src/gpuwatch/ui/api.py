@@ -11,8 +11,9 @@ from typing import Any
 
 import flask
 
-from gpuwatch.errors import ConfigError, GpuwatchError
-from gpuwatch.exports import (
+from gpuwatch.core.errors import ConfigError, GpuwatchError
+from gpuwatch.read.service import FleetService
+from gpuwatch.surfaces.exports import (
     FOCUS_PERIODS,
     GROUPS,
     SOURCES,
@@ -23,8 +24,8 @@ from gpuwatch.exports import (
     parse_step,
     report_bytes,
 )
-from gpuwatch.report import Report, render
-from gpuwatch.service import FleetService
+from gpuwatch.surfaces.renderings import render
+from gpuwatch.surfaces.report import Report
 from gpuwatch.views.base import Scope
 from gpuwatch.views.reader import open_view
 

@@ -14,8 +14,8 @@ from dash import ALL, Dash, Input, Output, State, callback, ctx, dcc, html, no_u
 from dash.exceptions import PreventUpdate
 from werkzeug.serving import make_server
 
-from gpuwatch.errors import ConfigError
-from gpuwatch.service import FleetService, MultiClusterSources, SimulatedSources
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.read.service import FleetService
 from gpuwatch.ui import ids
 from gpuwatch.ui.api import install_api
 from gpuwatch.ui.components import STORE_KEY, current_store, load
@@ -25,22 +25,20 @@ from gpuwatch.ui.filters import CUSTOM, PRESETS, Filters, format_time, from_cont
 
 
 def create_app(
-    service: FleetService | None = None,
+    service: FleetService,
     *,
     auth_file: str | None = None,
     refresh_seconds: float = 60.0,
     warm: bool = True,
 ) -> Dash:
-    """The Dash app over `service` (default: FleetService.from_environment(), the live fleet the
-    GPUWATCH_* settings name, else the simulated one). Dash debug stays off.
+    """The Dash app over `service` (app.py's: gpuwatch.wiring's, the live fleet the GPUWATCH_* settings
+    name, else the simulated one). Dash debug stays off.
 
     auth_file: a file of `user:password` lines; when given, every route needs HTTP basic auth.
     refresh_seconds: how often open pages refresh, and how old health and quota data may get.
     warm: compute the default view in a background thread now, so the first visitor does not wait.
     """
     users = load_users(auth_file) if auth_file else None
-    if service is None:
-        service = FleetService.from_environment()
     app = Dash(
         __name__,
         use_pages=True,
@@ -181,11 +179,7 @@ def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
     """The page around every page: navigation, filters, the refresh tick, and the progress tick (ids.POLL),
     which draws a page again while what it lacked is being computed (ids.PENDING)."""
     url = service.settings.prometheus.url
-    simulated = isinstance(service.sources, SimulatedSources) or (
-        isinstance(service.sources, MultiClusterSources)
-        and all(isinstance(m, SimulatedSources) for m in service.sources.members.values())
-    )
-    if simulated or not url:
+    if service.simulated or not url:
         source = (
             "demo · simulated fleet" if len(service.settings.clusters) < 2 else "demo · simulated clusters"
         )

@@ -13,9 +13,9 @@ import plotly.graph_objects as go
 from dash import Output, ctx, dcc, html, no_update
 from dash.exceptions import MissingCallbackContextException
 
-from gpuwatch.analysis import low_coverage_warning
-from gpuwatch.errors import SourceError
-from gpuwatch.model import Window
+from gpuwatch.core.errors import SourceError
+from gpuwatch.core.model import Window
+from gpuwatch.read.analysis import low_coverage_warning
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.data import Loaded, Outage, Timed, View, ViewStore, Waiting, age_text, window_text
 from gpuwatch.ui.filters import Filters, parse_query

@@ -12,11 +12,11 @@ from typing import Final, Generic, TypeAlias, TypeVar
 
 import pandas as pd
 
-from gpuwatch.errors import SourceError
-from gpuwatch.health import gpu_health, team_quotas
-from gpuwatch.model import SourceWait, Window
-from gpuwatch.report import Report
-from gpuwatch.service import FleetService
+from gpuwatch.core.errors import SourceError
+from gpuwatch.core.model import SourceWait, Window
+from gpuwatch.read.devicehealth import gpu_health, team_quotas
+from gpuwatch.read.service import FleetService
+from gpuwatch.surfaces.report import Report
 from gpuwatch.ui.filters import CUSTOM, PRESET_GRID_SECONDS, PRESETS, Filters
 from gpuwatch.views.base import FleetView, Scope
 from gpuwatch.views.reader import open_view, trend_report

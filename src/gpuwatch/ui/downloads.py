@@ -10,7 +10,8 @@ from dash import ALL, Input, Output, State, callback, ctx
 from dash.dcc.express import send_bytes
 from dash.exceptions import PreventUpdate
 
-from gpuwatch.report import Report, frame_bytes, render, rounded
+from gpuwatch.surfaces.renderings import frame_bytes, render, rounded
+from gpuwatch.surfaces.report import Report
 from gpuwatch.ui import ids
 from gpuwatch.ui.components import load
 from gpuwatch.ui.data import Loaded

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpuwatch.model import LEDGER_STATES
+from gpuwatch.core.model import LEDGER_STATES
 
 # One colour per ledger state, the same on every page.
 STATE_COLOURS: Mapping[str, str] = {

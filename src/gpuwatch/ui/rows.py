@@ -5,8 +5,8 @@ from typing import Any
 
 import pandas as pd
 
-from gpuwatch.health import HOT_CELSIUS
-from gpuwatch.model import LEDGER_STATES
+from gpuwatch.core.model import LEDGER_STATES
+from gpuwatch.read.devicehealth import HOT_CELSIUS
 from gpuwatch.ui.components import (
     Column,
     current_store,

@@ -10,9 +10,9 @@ from typing import Any, Final, TypeVar
 
 import pandas as pd
 
-from gpuwatch.model import LEDGER_STATES, Window
-from gpuwatch.queues import QueueTables
-from gpuwatch.report import IDLE_SPLIT, Report, Rightsizing, queue_sections, rightsizing_of
+from gpuwatch.analytics.queuetables import QueueTables
+from gpuwatch.core.model import LEDGER_STATES, Window
+from gpuwatch.surfaces.report import IDLE_SPLIT, Report, Rightsizing, queue_sections, rightsizing_of
 
 MAX_POINTS: Final = 480  # points per time series sent to the browser; samples are averaged into buckets
 STATE_COLUMNS: Final = [f"{s}_ge" for s in LEDGER_STATES]
@@ -212,7 +212,7 @@ class FleetView(ABC):
     def rightsizing(self) -> Rightsizing:
         """The report's right-sizing: every workload row with its recommendation, the changes and the
         biggest savings first, and the savings and packing summary (on the recorded path over the whole
-        fleet, from right-sizing's pod families alone: history.RIGHTSIZE_FAMILIES)."""
+        fleet, from right-sizing's pod families alone: historytables.RIGHTSIZE_FAMILIES)."""
         return self._cached("rightsizing", lambda: rightsizing_of(self.report))
 
     def pool_rows(self) -> list[dict[str, Any]]:

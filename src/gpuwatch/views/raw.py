@@ -5,10 +5,10 @@ from datetime import datetime
 
 import pandas as pd
 
-from gpuwatch.analysis import Analysis, pool_fragmentation
-from gpuwatch.model import LEDGER_STATES, Window, cluster_of
-from gpuwatch.queues import QueueSetup, QueueTables, no_queues
-from gpuwatch.report import report_and_queues
+from gpuwatch.analytics.queuetables import QueueSetup, QueueTables, no_queues
+from gpuwatch.core.model import LEDGER_STATES, Window, cluster_of
+from gpuwatch.read.analysis import Analysis, pool_fragmentation
+from gpuwatch.surfaces.report import report_and_queues
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope, bucketed
 
 

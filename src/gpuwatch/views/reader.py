@@ -6,13 +6,14 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Final
 
-from gpuwatch.analysis import Analysis
-from gpuwatch.history import assemble, price_cuts, read_pieces, read_sums, scope_sums
-from gpuwatch.model import Window
-from gpuwatch.report import Report, build_history_report
-from gpuwatch.service import FleetService
+from gpuwatch.core.model import Window
+from gpuwatch.read.analysis import Analysis
+from gpuwatch.read.history import price_cuts, read_pieces, read_sums, scope_sums
+from gpuwatch.read.historytables import assemble
+from gpuwatch.read.service import FleetService
 from gpuwatch.sources.historystore import HistoryStore
-from gpuwatch.sources.promql import ROLLUP_SECONDS
+from gpuwatch.sources.ownseries import ROLLUP_SECONDS
+from gpuwatch.surfaces.report import Report, build_history_report
 from gpuwatch.views.base import FleetView, Scope, bucket_seconds
 from gpuwatch.views.raw import RawView
 from gpuwatch.views.recorded import Recorded, RecordedView

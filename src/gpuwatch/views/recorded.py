@@ -13,26 +13,33 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuwatch.analysis import Analysis
-from gpuwatch.config import Settings
-from gpuwatch.history import (
+from gpuwatch.analytics.queuetables import QueueSetup, QueueTables, idle_now, no_queues
+from gpuwatch.core.config import Settings
+from gpuwatch.core.model import ALLOCATED_STATES, LEDGER_STATES, Window, cluster_of
+from gpuwatch.read.analysis import Analysis
+from gpuwatch.read.history import scope_sums
+from gpuwatch.read.historypieces import SampleHours, gap_warnings, node_telemetry_hours, team_pool_hours
+from gpuwatch.read.historytables import (
     IDLE_FAMILIES,
     RIGHTSIZE_FAMILIES,
     WORKLOAD_KEYS,
     History,
-    SampleHours,
     assemble,
-    gap_warnings,
     idle_workloads,
-    node_telemetry_hours,
     rightsizing_table,
-    scope_sums,
-    team_pool_hours,
     workload_table,
 )
-from gpuwatch.model import ALLOCATED_STATES, LEDGER_STATES, Window, cluster_of
-from gpuwatch.queues import QueueSetup, QueueTables, idle_now, no_queues
-from gpuwatch.report import (
+from gpuwatch.sources.historystore import HistoryStore, PodReads
+from gpuwatch.sources.historysums import (
+    POD_FAMILIES,
+    POD_IDLE_SPLIT,
+    POD_NEEDS,
+    HistorySums,
+    HistoryTimeline,
+    pod_totals,
+)
+from gpuwatch.sources.ownseries import POD_HISTORY_LABELS
+from gpuwatch.surfaces.report import (
     IDLE_SPLIT,
     Report,
     Rightsizing,
@@ -41,16 +48,6 @@ from gpuwatch.report import (
     rightsizing_from_tables,
     workload_rows,
 )
-from gpuwatch.sources.historystore import HistoryStore, PodReads
-from gpuwatch.sources.prometheus import (
-    POD_FAMILIES,
-    POD_IDLE_SPLIT,
-    POD_NEEDS,
-    HistorySums,
-    HistoryTimeline,
-    pod_totals,
-)
-from gpuwatch.sources.promql import POD_HISTORY_LABELS
 from gpuwatch.views.base import STATE_COLUMNS, TEAM_TIMELINE_COLUMNS, FleetView, ReadPath, Scope
 from gpuwatch.views.raw import holders
 

@@ -6,7 +6,7 @@ import dash
 import pandas as pd
 from dash import Input, Output, callback, dcc, html
 
-from gpuwatch.health import HEALTH_COLUMNS, HOT_CELSIUS, gpu_rows, health_events, xid_text
+from gpuwatch.read.devicehealth import HEALTH_COLUMNS, HOT_CELSIUS, gpu_rows, health_events, xid_text
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
     POLL_PAUSED,

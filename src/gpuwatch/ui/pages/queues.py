@@ -10,8 +10,8 @@ import dash
 import pandas as pd
 from dash import Input, Output, callback, html
 
-from gpuwatch.model import cluster_of
-from gpuwatch.schema import QUEUE_ROWS, RECLAIM_CANDIDATES
+from gpuwatch.core.model import cluster_of
+from gpuwatch.core.schema import QUEUE_ROWS, RECLAIM_CANDIDATES
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.components import (
     POLL_PAUSED,

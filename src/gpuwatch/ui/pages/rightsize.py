@@ -5,7 +5,7 @@ from typing import Any
 import dash
 from dash import Input, Output, callback, html
 
-from gpuwatch.report import RIGHTSIZE_CHANGES
+from gpuwatch.surfaces.report import RIGHTSIZE_CHANGES
 from gpuwatch.ui import ids
 from gpuwatch.ui.components import (
     POLL_PAUSED,
