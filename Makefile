@@ -48,9 +48,9 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# Day to day: ruff, mypy and the unit tests (tests/unit: no Prometheus, no browser), in a few minutes.
+# Day to day: ruff, mypy and the unit tests (tests/unit: no Prometheus, no browser) on every core, in minutes.
 check: lint typecheck
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n auto tests/unit
 
 test: install test-deps focus-validator lint typecheck rules
 	GPUWATCH_TEST_KUBECTL=$(abspath $(DEBIAN_KUBECTL)) \

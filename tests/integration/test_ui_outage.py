@@ -23,6 +23,8 @@ pytestmark = pytest.mark.integration
 class FlakySources:
     """The demo fleet's sources, failing like an unreachable Prometheus while `failing` is set."""
 
+    simulated = False  # read as a live Prometheus is
+
     def __init__(self, inner: SimulatedSources) -> None:
         self.inner = inner
         self.failing = False

@@ -123,6 +123,8 @@ def test_a_window_longer_than_the_simulated_history_starts_where_the_history_doe
 class HandSources:
     """One node of two L4 GPUs whose pods are gone from the API server: DCGM's labels name them."""
 
+    simulated = False  # as live sources are: only the pods are gone
+
     def __init__(self, samples: pd.DataFrame) -> None:
         self.samples = samples
 
@@ -266,6 +268,8 @@ class HungSources:
     """The demo fleet's sources behind a Prometheus that accepts every read of the cluster and answers once
     `answer` is set (then with PrometheusError(`error`) if that is set). The read under way is what
     waiting() names, as LiveSources' do; `silent` reads are not named (only computing, then)."""
+
+    simulated = False  # read as a live Prometheus is
 
     def __init__(self, inner: SimulatedSources, *, cluster: str = "", silent: bool = False) -> None:
         self.inner = inner

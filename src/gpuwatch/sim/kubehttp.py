@@ -4,6 +4,7 @@ chunked streams for watches."""
 import contextlib
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +35,13 @@ class HttpServer(ThreadingHTTPServer):
         with self.connections_lock:
             self.connections.add(request)
         super().process_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a cut connection, a fault test) is no server error: only
+        other failures print their traceback, as socketserver does."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self.connections_lock:
