@@ -52,9 +52,12 @@ typecheck: install
 check: lint typecheck
 	$(BIN)/python -m pytest -q -n auto tests/unit
 
-test: install test-deps focus-validator lint typecheck rules
+# Everything, on every core: a module's tests stay in one worker (its servers are built once), the longest
+# modules first (tests/conftest.py). The rule files' promtool check and unit tests are tests of the suite.
+test: install test-deps focus-validator lint typecheck
 	GPUWATCH_TEST_KUBECTL=$(abspath $(DEBIAN_KUBECTL)) \
-	GPUWATCH_TEST_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(BIN)/python -m pytest --durations=10
+	GPUWATCH_TEST_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(BIN)/python -m pytest \
+	  -n auto --dist loadscope --no-loadscope-reorder --durations=10
 
 # The FinOps Foundation's focus-validator, which the FOCUS tests run, in a virtualenv of its own: it needs
 # Python >= 3.12 (pyenv's where the system's is older) and pins numpy below 2, so an older pyarrow beside it.

@@ -1,12 +1,14 @@
 """Headless Debian Chromium driven by Playwright, collecting console errors and saving screenshots."""
 
+import atexit
+import contextlib
 import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 # The machine's network is closed: keep Chromium from phoning home (each attempt is an error).
@@ -29,25 +31,51 @@ def chromium_path() -> str:
     return path
 
 
+_shared: list[tuple[Playwright, Browser]] = []
+
+
+def _browser() -> Browser:
+    """The process's one headless Chromium, launched on first use; close_browser() or the exit ends it."""
+    if _shared and not _shared[0][1].is_connected():
+        close_browser()
+    if not _shared:
+        playwright = sync_playwright().start()
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_FLAGS
+        )
+        _shared.append((playwright, browser))
+        atexit.register(close_browser)  # a script's (a benchmark's) Chromium ends with it too
+    return _shared[0][1]
+
+
+def close_browser() -> None:
+    """End the shared Chromium, if one runs (the integration tests' session does, when it ends)."""
+    while _shared:
+        playwright, browser = _shared.pop()
+        with contextlib.suppress(Exception):
+            browser.close()
+        playwright.stop()
+
+
 @contextmanager
 def browser_page(
     width: int = 1440, height: int = 900, *, http_credentials: dict[str, str] | None = None
 ) -> Iterator[tuple[Page, list[str]]]:
-    """A fresh page and the list its console errors and page errors are appended to."""
+    """A fresh page, in a context of its own (no cookie, cache or storage from another test) of the shared
+    Chromium, and the list its console errors and page errors are appended to."""
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(
-                viewport={"width": width, "height": height},
-                accept_downloads=True,
-                http_credentials=http_credentials,  # type: ignore[arg-type]  # a TypedDict
-            )
-            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            yield page, errors
-        finally:
-            browser.close()
+    context = _browser().new_context(
+        viewport={"width": width, "height": height},
+        accept_downloads=True,
+        http_credentials=http_credentials,  # type: ignore[arg-type]  # a TypedDict
+    )
+    try:
+        page = context.new_page()
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page, errors
+    finally:
+        context.close()
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -1,14 +1,19 @@
 """Integration fixtures: real Prometheus (backfilled by promtool) and VictoriaMetrics servers holding
 simulated DCGM history."""
 
+import hashlib
+import os
+import re
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from gpuwatch.core.config import Settings
 from gpuwatch.sim import SimulatedFleet, build_demo_fleet
 from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
+from tests.integration.browser import close_browser
 from tests.integration.prom import (
     BACKENDS,
     Backend,
@@ -16,6 +21,14 @@ from tests.integration.prom import (
     PrometheusFactory,
     backfilled_prometheus,
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_chromium() -> Iterator[None]:
+    """Every browser test of the session shares one Chromium (tests/integration/browser.py); it ends here."""
+    yield
+    close_browser()
+
 
 DEMO_END = datetime(2026, 11, 20, tzinfo=UTC)
 # The demo backfill carries what the collectors read; all ten families would be ~1 GB of text for
@@ -31,11 +44,15 @@ DEMO_METRICS = (
 
 @pytest.fixture(scope="session")
 def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusFactory]:
-    """make(fleet, layout=..., metrics=..., step_seconds=..., backend=...) -> a running backfilled server.
+    """make(fleet, layout=..., metrics=..., step_seconds=..., backend=..., world=...) -> a running
+    backfilled server.
 
     backend is "prometheus" (the default) or "victoriametrics". Servers are shared by equal arguments
-    within the session and stopped at its end.
+    within the session and stopped at its end. `world` names a session fleet the same in every process
+    (its seed, end, days): its backfill is then written and turned into blocks once for all the test
+    workers of the run (pytest-xdist), each of which serves its own copy.
     """
+    worlds = _run_directory(tmp_path_factory) / "worlds"
     running: dict[
         tuple[int, str, tuple[str, ...] | None, int | None, bool, Backend, int], BackfilledPrometheus
     ] = {}
@@ -50,6 +67,7 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
         gpuwatch_series: bool = False,
         backend: Backend = "prometheus",
         settings: Settings | None = None,
+        world: str | None = None,
     ) -> BackfilledPrometheus:
         key = (
             id(fleet),
@@ -60,6 +78,10 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
             backend,
             id(settings),  # kept alive below, so no other settings take its id
         )
+        if world is not None and settings is not None:
+            raise ValueError(
+                "a shared world's gpuwatch series are the demo settings': no settings of its own"
+            )
         kept.append(settings)
         if key not in running:
             workdir = tmp_path_factory.mktemp(f"{backend}-{layout}")
@@ -72,6 +94,7 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
                 gpuwatch_series=gpuwatch_series,
                 backend=backend,
                 settings=settings,
+                cache=None if world is None else worlds / _world_key(world, *key[1:5]),
             )
         return running[key]
 
@@ -80,6 +103,18 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
     finally:
         for prom in running.values():
             prom.server.stop()
+
+
+def _run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory of this test run, which every pytest-xdist worker of it shares."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _world_key(world: str, *backfill: object) -> str:
+    if world != re.sub(r"[^A-Za-z0-9_.-]", "", world):
+        raise ValueError(f"a world's name is a file name: {world!r}")
+    return f"{world}-{hashlib.sha256(repr(backfill).encode()).hexdigest()[:12]}"
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -100,7 +135,7 @@ def demo_prometheus(
     prometheus_factory: PrometheusFactory, demo_fleet: SimulatedFleet
 ) -> BackfilledPrometheus:
     """The demo fleet in a ServiceMonitor-layout Prometheus."""
-    return prometheus_factory(demo_fleet, layout="servicemonitor", metrics=DEMO_METRICS)
+    return prometheus_factory(demo_fleet, layout="servicemonitor", metrics=DEMO_METRICS, world="demo-day")
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +143,16 @@ def demo_backend(
     prometheus_factory: PrometheusFactory, demo_fleet: SimulatedFleet, backend: Backend
 ) -> BackfilledPrometheus:
     """The demo fleet in a ServiceMonitor-layout server of each backend (Prometheus: demo_prometheus)."""
-    return prometheus_factory(demo_fleet, layout="servicemonitor", metrics=DEMO_METRICS, backend=backend)
+    return prometheus_factory(
+        demo_fleet, layout="servicemonitor", metrics=DEMO_METRICS, backend=backend, world="demo-day"
+    )
+
+
+@pytest.fixture(scope="session")
+def day_fleet() -> SimulatedFleet:
+    """Seed 5, one day to 2026-11-20 at 60 s: the world of the read-path, history-path and right-size
+    tests, which share its servers (world="seed5-day")."""
+    return build_demo_fleet(seed=5, end=DEMO_END, days=1)
 
 
 @pytest.fixture(scope="module")

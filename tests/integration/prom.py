@@ -4,7 +4,10 @@ promtool) or in VictoriaMetrics (imported over HTTP), served on 127.0.0.1 and qu
 
 import contextlib
 import ctypes
+import fcntl
 import functools
+import json
+import os
 import shutil
 import signal
 import socket
@@ -104,17 +107,69 @@ def _promtool_has_max_block_duration() -> bool:
 def create_blocks(
     openmetrics: Path, data_dir: Path, *, max_block_hours: int = 48, timeout: float = 600
 ) -> None:
-    """(b) `promtool tsdb create-blocks-from openmetrics FILE DIR`; a failure raises with its output."""
+    """(b) `promtool tsdb create-blocks-from openmetrics FILE DIR`; a failure raises with its output.
+
+    promtool before 2.44 re-reads its whole input once per 2 h block it writes, so a day of history costs
+    twelve passes over the file: there the file is split at the same epoch-aligned 2 h boundaries first and
+    promtool runs once per piece, writing the same blocks in one pass over the samples.
+    """
     data_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet"]
     if _promtool_has_max_block_duration():
-        cmd.append(f"--max-block-duration={max_block_hours}h")
-    cmd += [str(openmetrics), str(data_dir)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        _promtool(openmetrics, data_dir, [f"--max-block-duration={max_block_hours}h"], timeout)
+        return
+    pieces = _split_by_block(openmetrics, openmetrics.parent / f"{openmetrics.name}.blocks")
+    try:
+        for piece in pieces:
+            _promtool(piece, data_dir, [], timeout)
+    finally:
+        shutil.rmtree(openmetrics.parent / f"{openmetrics.name}.blocks", ignore_errors=True)
+
+
+def _promtool(openmetrics: Path, data_dir: Path, flags: list[str], timeout: float) -> None:
+    cmd = [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet", *flags, str(openmetrics)]
+    done = subprocess.run([*cmd, str(data_dir)], capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise RuntimeError(
             f"promtool failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
         )
+
+
+BLOCK_SECONDS = 2 * 3600
+
+
+def _split_by_block(openmetrics: Path, directory: Path) -> list[Path]:
+    """The file's samples as one OpenMetrics file per epoch-aligned 2 h block, each family's HELP/TYPE
+    lines before its first sample in every piece, each piece ending in # EOF."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pieces: dict[int, IO[str]] = {}
+    headed: dict[int, int] = {}  # block -> the family whose header it last wrote
+    header: list[str] = []
+    family = 0
+    try:
+        with openmetrics.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith("#"):
+                    if line.startswith("# EOF"):
+                        continue
+                    if not header or header[-1].split(" ", 3)[2] != line.split(" ", 3)[2]:
+                        header, family = [], family + 1
+                    header.append(line)
+                    continue
+                if not line.strip():
+                    continue
+                block = int(float(line.rsplit(" ", 1)[1]) // BLOCK_SECONDS)
+                out = pieces.get(block)
+                if out is None:
+                    out = pieces[block] = (directory / f"{block}.om").open("w", encoding="utf-8")
+                if headed.get(block) != family:
+                    out.writelines(header)
+                    headed[block] = family
+                out.write(line)
+    finally:
+        for out in pieces.values():
+            out.write("# EOF\n")
+            out.close()
+    return [directory / f"{block}.om" for block in sorted(pieces)]
 
 
 def free_port() -> int:
@@ -374,26 +429,36 @@ def backfilled_prometheus(
     gpuwatch_series: bool = False,
     backend: Backend = "prometheus",
     settings: Settings | None = None,
+    cache: Path | None = None,
 ) -> BackfilledPrometheus:
     """Backfill `fleet` into a fresh TSDB under `workdir` and start a Prometheus on it (stop it yourself).
 
-    backend="victoriametrics" starts a VictoriaMetrics instead and imports the same file into it.
+    backend="victoriametrics" starts a VictoriaMetrics instead and imports the same file into it. With a
+    `cache` directory the backfill file and its blocks are made there once, by whichever process comes
+    first (other test workers wait), and this server's TSDB is a hard-linked copy of those blocks.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r} (expected one of {', '.join(BACKENDS)})")
     workdir.mkdir(parents=True, exist_ok=True)
-    stats = write_backfill_file(
-        fleet,
-        workdir / "backfill.om",
-        layout=layout,
-        metrics=metrics,
-        step_seconds=step_seconds,
-        gpuwatch_series=gpuwatch_series,
-        settings=settings,
-    )
+
+    def write(path: Path) -> BackfillStats:
+        return write_backfill_file(
+            fleet,
+            path,
+            layout=layout,
+            metrics=metrics,
+            step_seconds=step_seconds,
+            gpuwatch_series=gpuwatch_series,
+            settings=settings,
+        )
+
+    stats = write(workdir / "backfill.om") if cache is None else _made_once(cache, write)
     server: QueryServer
     if backend == "prometheus":
-        create_blocks(stats.path, workdir / "tsdb")
+        if cache is None:
+            create_blocks(stats.path, workdir / "tsdb")
+        else:  # Prometheus never rewrites a block's files: it writes new blocks and deletes old ones
+            shutil.copytree(cache / "tsdb", workdir / "tsdb", copy_function=os.link)
         server = PrometheusServer(workdir / "tsdb").start()
     else:
         vm = VictoriaMetricsServer(workdir / "victoria-metrics").start()
@@ -404,7 +469,7 @@ def backfilled_prometheus(
         except BaseException:
             vm.stop()
             raise
-    if not keep_file:
+    if not keep_file and cache is None:
         stats.path.unlink()
     return BackfilledPrometheus(
         fleet=fleet,
@@ -415,6 +480,20 @@ def backfilled_prometheus(
         server=server,
         backend=backend,
     )
+
+
+def _made_once(cache: Path, write: Callable[[Path], BackfillStats]) -> BackfillStats:
+    """The backfill file and its promtool blocks in `cache`, made by the first process to get there."""
+    cache.mkdir(parents=True, exist_ok=True)
+    made = cache / "backfill.json"
+    with (cache / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if not made.exists():
+            stats = write(cache / "backfill.om")
+            create_blocks(stats.path, cache / "tsdb")
+            made.write_text(json.dumps([stats.samples, stats.size_bytes, stats.seconds]), encoding="utf-8")
+    samples, size_bytes, seconds = json.loads(made.read_text(encoding="utf-8"))
+    return BackfillStats(cache / "backfill.om", samples, size_bytes, seconds)
 
 
 def _expect_samples(url: str, fleet: SimulatedFleet, written: int, *, timeout: float = 30) -> None:

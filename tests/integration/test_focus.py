@@ -59,8 +59,9 @@ def test_a_day_of_the_demo_passes_the_validator_and_adds_up(tmp_path: Path) -> N
 
 def test_a_month_with_a_price_change_and_a_commitment(tmp_path: Path) -> None:
     """The demo's 30 days hold the A100's price change (14 days before the end) and the H100 commitment
-    (from 12 hours before it): list and effective prices part where the commitment covers GPUs."""
-    rows, report = _report(tmp_path, "--since", "30d")
+    (from 12 hours before it): list and effective prices part where the commitment covers GPUs. One
+    cluster: the month's prices are the same in each (the two-cluster rows: the day's test above)."""
+    rows, report = _report(tmp_path, "--since", "30d", "--demo-clusters", "1")
     assert_conforms(validate(tmp_path / "focus.csv", tmp_path))
     assert_adds_up(rows, report)
     start, end = (pd.Timestamp(report["window"][k]) for k in ("start", "end"))

@@ -33,7 +33,7 @@ from gpuwatch.read.analysis import usage_tables
 from gpuwatch.read.chargeback import read_charges
 from gpuwatch.read.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
 from gpuwatch.read.service import FleetService, LiveSources
-from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.prometheus import PrometheusSource
@@ -58,8 +58,8 @@ SECTIONS = {
 
 
 @pytest.fixture(scope="module")
-def fleet() -> SimulatedFleet:
-    return build_demo_fleet(seed=5, end=END, days=1)
+def fleet(day_fleet: SimulatedFleet) -> SimulatedFleet:
+    return day_fleet  # seed 5, a day to END: its servers are shared with the other modules reading it
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def prom(
 ) -> BackfilledPrometheus:
     """Prometheus, then VictoriaMetrics: every test of the module runs against each."""
     return prometheus_factory(
-        fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True, backend=backend
+        fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True, backend=backend, world="seed5-day"
     )
 
 

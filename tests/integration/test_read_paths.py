@@ -21,7 +21,7 @@ import pytest
 from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
 from gpuwatch.core.model import LEDGER_STATES, Window
 from gpuwatch.read.service import FleetService, LiveSources
-from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.ui import components, create_app, ids
@@ -42,8 +42,8 @@ NOW = datetime(2026, 11, 20, 1, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
-def fleet() -> SimulatedFleet:
-    return build_demo_fleet(seed=5, end=END, days=1)
+def fleet(day_fleet: SimulatedFleet) -> SimulatedFleet:
+    return day_fleet  # seed 5, a day to END: its servers are shared with the other modules reading it
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def prom(
 ) -> BackfilledPrometheus:
     """Prometheus, then VictoriaMetrics: every test of the module runs against each."""
     return prometheus_factory(
-        fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True, backend=backend
+        fleet, layout="servicemonitor", metrics=UTIL, gpuwatch_series=True, backend=backend, world="seed5-day"
     )
 
 

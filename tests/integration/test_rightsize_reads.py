@@ -17,7 +17,7 @@ import pytest
 from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings, ViewSettings
 from gpuwatch.read.historytables import RIGHTSIZE_FAMILIES
 from gpuwatch.read.service import FleetService, LiveSources
-from gpuwatch.sim import SimulatedFleet, build_demo_fleet
+from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.historysums import POD_FAMILIES
@@ -34,8 +34,8 @@ POD_METRIC = re.compile(r"gpuwatch_pod_gpu_[a-z_]+")
 
 
 @pytest.fixture(scope="module")
-def fleet() -> SimulatedFleet:
-    return build_demo_fleet(seed=5, end=END, days=1)
+def fleet(day_fleet: SimulatedFleet) -> SimulatedFleet:
+    return day_fleet  # seed 5, a day to END: its servers are shared with the other modules reading it
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,12 @@ def prom(
 ) -> BackfilledPrometheus:
     """Prometheus, then VictoriaMetrics: every test of the module runs against each."""
     return prometheus_factory(
-        fleet, layout="servicemonitor", metrics=RAW_PATH_METRICS, gpuwatch_series=True, backend=backend
+        fleet,
+        layout="servicemonitor",
+        metrics=RAW_PATH_METRICS,
+        gpuwatch_series=True,
+        backend=backend,
+        world="seed5-day",
     )
 
 

@@ -596,7 +596,17 @@ def test_promtool_accepts_every_rule_file_and_the_generated_prometheus_rule(tmp_
     assert f"SUCCESS: {len(rule_file_rules())} rules found" in done.stdout
 
 
-def test_promtool_rule_unit_tests_pass() -> None:
-    done = promtool("test", "rules", *map(str, sorted((ALERTS / "tests").glob("*.yml"))))
+RULE_TESTS = sorted((ALERTS / "tests").glob("*.test.yml"))
+
+
+def test_every_rule_test_file_is_run() -> None:
+    assert {p.name for p in (ALERTS / "tests").glob("*.yml")} == {p.name for p in RULE_TESTS}
+    assert {"recording.test.yml", "daily.test.yml", "clusters.test.yml"} <= {p.name for p in RULE_TESTS}
+
+
+@pytest.mark.parametrize("test_file", RULE_TESTS, ids=lambda p: p.name)
+def test_promtool_rule_unit_tests_pass(test_file: Path) -> None:
+    done = promtool("test", "rules", str(test_file))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FAILED" not in done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout

@@ -254,6 +254,11 @@ def test_a_shared_link_restores_its_filters(demo: Demo, page: tuple[Page, list[s
     p, errors = page
     p.goto(demo.url + "/capacity?pool=NVIDIA-L4&start=2026-11-19T12:00Z&end=2026-11-20T00:00Z")
     p.wait_for_selector("#capacity-holes .main-svg", timeout=120_000)
+    # The as-of line is drawn by a callback of its own, which may come after the chart's.
+    p.wait_for_function(
+        "() => (document.querySelector('.gw-as-of')?.innerText || '').includes('2026-11-19 12:00')",
+        timeout=120_000,
+    )
     settle(p)
     assert "2026-11-19 12:00 – 2026-11-20 00:00 UTC" in p.inner_text(".gw-as-of")
     assert "pool NVIDIA-L4" in p.inner_text(".gw-as-of")
