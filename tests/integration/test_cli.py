@@ -1,4 +1,5 @@
-"""The `gpuwatch` command: exit codes and one-line errors, run as a user runs it."""
+"""The `gpuwatch` command: exit codes and one-line errors, the demo's report and its server, run as a user
+runs it (a process of its own: `make check` leaves these to `make test`)."""
 
 import json
 import os
@@ -7,6 +8,13 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gpuwatch.surfaces.report import json_schema
+
+pytestmark = pytest.mark.integration
 
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -130,3 +138,22 @@ def test_gunicorn_s_app_module_serves_the_two_cluster_demo_when_no_prometheus_is
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[0] == "Flask True ['eu-1', 'us-1']"
+
+
+def test_demo_report_from_the_cli_validates_against_the_schema() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", "report", "--demo", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, json_schema())
+    assert document["schema_version"] == 4
+    assert len(document["teams"]) >= 12
+    # The default demo is two simulated clusters, each with its figures.
+    clusters = {c["cluster"]: c for c in document["clusters"]}
+    assert sorted(clusters) == ["eu-1", "us-1"]
+    assert sum(c["cost_usd"] for c in clusters.values()) == pytest.approx(document["fleet"]["cost_usd"])
+    assert all(c["gpus"] == 96 and c["error"] is None for c in clusters.values())
