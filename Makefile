@@ -52,12 +52,15 @@ typecheck: install
 check: lint typecheck
 	$(BIN)/python -m pytest -q -n auto tests/unit
 
-# Everything, on every core: a module's tests stay in one worker (its servers are built once), the longest
-# modules first (tests/conftest.py). The rule files' promtool check and unit tests are tests of the suite.
+# Everything, in parallel: a module's tests stay in one worker (its servers are built once), the longest
+# modules first (tests/conftest.py). The integration tests wait a third of their time (for deadlines, for
+# scrapes, for a page to draw), so there are half again as many workers as cores. The rule files'
+# promtool check and unit tests are tests of the suite.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 3 / 2 )))
 test: install test-deps focus-validator lint typecheck
 	GPUWATCH_TEST_KUBECTL=$(abspath $(DEBIAN_KUBECTL)) \
 	GPUWATCH_TEST_FOCUS_VALIDATOR=$(abspath $(FOCUS_VENV))/bin/focus-validator $(BIN)/python -m pytest \
-	  -n auto --dist loadscope --no-loadscope-reorder --durations=10
+	  -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=10
 
 # The FinOps Foundation's focus-validator, which the FOCUS tests run, in a virtualenv of its own: it needs
 # Python >= 3.12 (pyenv's where the system's is older) and pins numpy below 2, so an older pyarrow beside it.

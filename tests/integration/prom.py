@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -353,6 +353,65 @@ def _prometheus_text(openmetrics: Path, *, lines_per_chunk: int = 20_000) -> Ite
                 chunk = []
     if chunk:
         yield "".join(chunk).encode()
+
+
+ROLLUP_PREFIXES = ("hour:", "day:")  # the roll-up rules' series (alerts/gpuwatch-recording.rules.yml)
+Keep = Callable[[str], bool]
+
+
+def rollup_variants(
+    full: Path, keeps: Mapping[str, Keep], root: Path, *, backend: Backend = "prometheus"
+) -> dict[str, QueryServer]:
+    """A started server of `backend` per `keeps` entry (stop them yourself), each holding every raw
+    sample of the OpenMetrics backfill `full` and the roll-up samples (hour:..., day:...) its test keeps.
+
+    The raw history is split off once: Prometheus servers share its blocks (hard-linked; Prometheus
+    reads blocks that overlap in time) beside the blocks of their own roll-ups, so promtool reads the
+    large part of the file once, not once per server.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    raw = root / "raw.om"
+    rollups = {name: root / f"rollups-{k}.om" for k, name in enumerate(keeps)}
+    counts = dict.fromkeys(keeps, 0)
+    with contextlib.ExitStack() as files:
+        raw_out = files.enter_context(raw.open("w", encoding="utf-8"))
+        outs = {name: files.enter_context(path.open("w", encoding="utf-8")) for name, path in rollups.items()}
+        with full.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith("#"):  # HELP, TYPE and EOF lines go to every file
+                    raw_out.write(line)
+                    for out in outs.values():
+                        out.write(line)
+                elif line.startswith(ROLLUP_PREFIXES):
+                    for name, keep in keeps.items():
+                        if keep(line):
+                            outs[name].write(line)
+                            counts[name] += 1
+                else:
+                    raw_out.write(line)
+    if backend == "prometheus":
+        create_blocks(raw, root / "raw-tsdb")
+    started: dict[str, QueryServer] = {}
+    try:
+        for k, (name, path) in enumerate(rollups.items()):
+            workdir = root / f"server-{k}"
+            if backend == "prometheus":
+                tsdb = workdir / "tsdb"
+                if counts[name]:
+                    create_blocks(path, tsdb)
+                shutil.copytree(root / "raw-tsdb", tsdb, copy_function=os.link, dirs_exist_ok=True)
+                started[name] = PrometheusServer(tsdb).start()
+            else:
+                vm = VictoriaMetricsServer(workdir / "victoria-metrics").start()
+                started[name] = vm
+                vm.import_openmetrics(raw)
+                if counts[name]:
+                    vm.import_openmetrics(path)
+    except BaseException:
+        for server in started.values():
+            server.stop()
+        raise
+    return started
 
 
 # -- the HTTP API, read directly ----------------------------------------------------------------

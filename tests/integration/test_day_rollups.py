@@ -7,9 +7,8 @@ roll-ups are missing is read from its hours, and a day missing an hour as well i
 as nothing.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -22,13 +21,7 @@ from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
 from gpuwatch.surfaces.report import build_history_report
-from tests.integration.prom import (
-    Backend,
-    PrometheusServer,
-    QueryServer,
-    VictoriaMetricsServer,
-    create_blocks,
-)
+from tests.integration.prom import Backend, Keep, rollup_variants
 from tests.integration.test_rollups import Report, _same
 
 pytestmark = pytest.mark.integration
@@ -42,7 +35,6 @@ LOST_HOURS = (
     datetime(2026, 11, 18, 5, tzinfo=UTC),
     datetime(2026, 11, 18, 6, tzinfo=UTC),
 )  # (a, b]: one hour
-Keep = Callable[[str], bool]
 
 
 def _at(line: str) -> datetime:
@@ -79,30 +71,12 @@ def servers(
     full = root / "full.om"
     with full.open("w", encoding="utf-8") as out:
         write_fleet_backfill(fleet, out, dcgm=False)
-    started: list[QueryServer] = []
+    started = rollup_variants(full, KEEPS, root, backend=backend)
     try:
-        for k, keep in enumerate(KEEPS.values()):
-            kept = root / f"kept-{k}.om"
-            with full.open(encoding="utf-8") as lines, kept.open("w", encoding="utf-8") as out:
-                out.writelines(line for line in lines if line.startswith("#") or keep(line))
-            started.append(_serve(backend, kept, root / f"server-{k}"))
-        yield {name: server.url for name, server in zip(KEEPS, started, strict=True)}
+        yield {name: server.url for name, server in started.items()}
     finally:
-        for server in started:
+        for server in started.values():
             server.stop()
-
-
-def _serve(backend: Backend, openmetrics: Path, workdir: Path) -> QueryServer:
-    if backend == "prometheus":
-        create_blocks(openmetrics, workdir / "tsdb")
-        return PrometheusServer(workdir / "tsdb").start()
-    vm = VictoriaMetricsServer(workdir / "victoria-metrics").start()
-    try:
-        vm.import_openmetrics(openmetrics)
-    except BaseException:
-        vm.stop()
-        raise
-    return vm
 
 
 def _pieces(url: str) -> list[tuple[float, str]]:

@@ -23,8 +23,7 @@ from gpuwatch.sources import ownseries
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
 from gpuwatch.surfaces.report import build_history_report
-from tests.integration.prom import QueryServer, query
-from tests.integration.test_day_rollups import _serve
+from tests.integration.prom import query, rollup_variants
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -68,16 +67,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     full = root / "full.om"
     with full.open("w", encoding="utf-8") as out:
         write_fleet_backfill(fleet, out, dcgm=False)
-    started: list[QueryServer] = []
+    started = rollup_variants(full, KEEPS, root)
     try:
-        for k, keep in enumerate(KEEPS.values()):
-            kept = root / f"kept-{k}.om"
-            with full.open(encoding="utf-8") as lines, kept.open("w", encoding="utf-8") as out:
-                out.writelines(line for line in lines if line.startswith("#") or keep(line))
-            started.append(_serve("prometheus", kept, root / f"server-{k}"))
-        yield {name: server.url for name, server in zip(KEEPS, started, strict=True)}
+        yield {name: server.url for name, server in started.items()}
     finally:
-        for server in started:
+        for server in started.values():
             server.stop()
 
 

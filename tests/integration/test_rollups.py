@@ -6,7 +6,7 @@ are found and read raw, never counted as nothing.
 """
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
 from gpuwatch.surfaces.report import build_history_report
-from tests.integration.prom import PrometheusServer, create_blocks
+from tests.integration.prom import Keep, rollup_variants
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -31,7 +31,6 @@ END = datetime(2026, 11, 20, tzinfo=UTC)
 WINDOW = Window(start=END - timedelta(hours=21, minutes=43), end=END - timedelta(hours=2, minutes=16))
 HOLE = (END - timedelta(hours=18), END - timedelta(hours=15))  # roll-ups evaluated in (a, b] are lost
 Report = dict[str, Any]
-Keep = Callable[[str], bool]
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +38,11 @@ def fleet() -> SimulatedFleet:
     return build_demo_fleet(seed=11, end=END, days=1, step_seconds=60)
 
 
-def _serve(fleet: SimulatedFleet, workdir: Path, keep: Keep) -> PrometheusServer:
-    """The fleet's gpuwatch_* history and roll-ups, lines `keep` refuses left out, in a new Prometheus."""
-    workdir.mkdir()
-    full, kept = workdir / "full.om", workdir / "kept.om"
-    with full.open("w", encoding="utf-8") as out:
+def _backfill(fleet: SimulatedFleet, path: Path) -> Path:
+    """The fleet's gpuwatch_* history and roll-ups, as OpenMetrics at `path`."""
+    with path.open("w", encoding="utf-8") as out:
         write_fleet_backfill(fleet, out, dcgm=False)
-    with full.open(encoding="utf-8") as lines, kept.open("w", encoding="utf-8") as out:
-        out.writelines(line for line in lines if line.startswith("#") or keep(line))
-    create_blocks(kept, workdir / "tsdb")
-    return PrometheusServer(workdir / "tsdb").start()
+    return path
 
 
 def _in_hole(line: str) -> bool:
@@ -68,13 +62,11 @@ def servers(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> 
         "raw": lambda line: not line.startswith(("hour:", "day:")),
         "holed": lambda line: not _in_hole(line),
     }
-    started: list[PrometheusServer] = []
+    started = rollup_variants(_backfill(fleet, root / "full.om"), keeps, root)
     try:
-        for name, keep in keeps.items():
-            started.append(_serve(fleet, root / name, keep))
-        yield {name: server.url for name, server in zip(keeps, started, strict=True)}
+        yield {name: server.url for name, server in started.items()}
     finally:
-        for server in started:
+        for server in started.values():
             server.stop()
 
 
@@ -177,7 +169,8 @@ def test_a_bucket_shorter_than_the_exporters_interval_is_widened_to_it(tmp_path:
     """An exporter scraped every 5 min, drawn in 3-min buckets (a day's default): buckets of 5 min, each
     with its cycle, none reported as missing history."""
     fleet = build_demo_fleet(seed=3, end=END, days=0.25, step_seconds=300)
-    prometheus = _serve(fleet, tmp_path / "five", lambda line: True)
+    full = _backfill(fleet, tmp_path / "full.om")
+    prometheus = rollup_variants(full, {"all": lambda line: True}, tmp_path / "five")["all"]
     try:
         source = PrometheusSource.from_settings(PrometheusSettings(url=prometheus.url))
         window = Window(start=END - timedelta(hours=2), end=END - timedelta(hours=1))
