@@ -16,13 +16,12 @@ from gpuwatch.core.config import PrometheusSettings, Settings
 from gpuwatch.core.model import Window
 from gpuwatch.read.history import read_history
 from gpuwatch.sim import build_demo_fleet
-from gpuwatch.sim.backfill import write_fleet_backfill
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
 from gpuwatch.surfaces.report import build_history_report
 from tests.integration.prom import Backend, Keep, rollup_variants
-from tests.integration.test_rollups import Report, _same
+from tests.integration.test_rollups import Report, _backfill, _same
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -68,10 +67,7 @@ def servers(
     backend: Backend = request.param
     root = tmp_path_factory.mktemp(f"days-{backend}")
     fleet = build_demo_fleet(seed=5, end=END, days=3.5, step_seconds=300)
-    full = root / "full.om"
-    with full.open("w", encoding="utf-8") as out:
-        write_fleet_backfill(fleet, out, dcgm=False)
-    started = rollup_variants(full, KEEPS, root, backend=backend)
+    started = rollup_variants(_backfill(fleet, root / "full.om"), KEEPS, root, backend=backend)
     try:
         yield {name: server.url for name, server in started.items()}
     finally:

@@ -17,13 +17,13 @@ from gpuwatch.core.config import PrometheusSettings, Settings
 from gpuwatch.core.model import Window
 from gpuwatch.read.history import NAMESPACE, WORKLOAD, read_history
 from gpuwatch.sim import build_demo_fleet
-from gpuwatch.sim.backfill import write_fleet_backfill
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources import ownseries
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
 from gpuwatch.surfaces.report import build_history_report
 from tests.integration.prom import query, rollup_variants
+from tests.integration.test_rollups import _backfill
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -64,10 +64,7 @@ KEEPS = {
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("namespace-rollups")
     fleet = build_demo_fleet(seed=5, end=END, days=3.5, step_seconds=300)
-    full = root / "full.om"
-    with full.open("w", encoding="utf-8") as out:
-        write_fleet_backfill(fleet, out, dcgm=False)
-    started = rollup_variants(full, KEEPS, root)
+    started = rollup_variants(_backfill(fleet, root / "full.om"), KEEPS, root)
     try:
         yield {name: server.url for name, server in started.items()}
     finally:
