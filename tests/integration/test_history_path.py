@@ -29,9 +29,10 @@ import pytest
 
 from gpuwatch.core.config import KubernetesSettings, PrometheusSettings, Settings
 from gpuwatch.core.model import LEDGER_STATES, Commitment, DatedPrice, Window
-from gpuwatch.read.analysis import usage_tables
+from gpuwatch.read.analysis import Analysis, usage_tables
 from gpuwatch.read.chargeback import read_charges
 from gpuwatch.read.history import NAMESPACE, TEAM, NoHistoryError, price_cuts, read_history, read_pieces
+from gpuwatch.read.historytables import History
 from gpuwatch.read.service import FleetService, LiveSources
 from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sim.demoservice import demo_settings
@@ -83,14 +84,30 @@ def settings(prom: BackfilledPrometheus, kubeconfig: str) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def raw(fleet: SimulatedFleet, settings: Settings) -> Report:
-    service = FleetService(settings=settings, sources=LiveSources(settings))
-    return build_report(service.analysis(fleet.window))
+def service(settings: Settings) -> FleetService:
+    return FleetService(settings=settings, sources=LiveSources(settings))
 
 
 @pytest.fixture(scope="module")
-def history(fleet: SimulatedFleet, settings: Settings) -> Report:
-    return build_history_report(read_history(settings, fleet.window))
+def analysis(fleet: SimulatedFleet, service: FleetService) -> Analysis:
+    """The raw path's analysis of the window, read once for every test that reports from it."""
+    return service.analysis(fleet.window)
+
+
+@pytest.fixture(scope="module")
+def read(fleet: SimulatedFleet, settings: Settings) -> History:
+    """The history path's read of the window, once for every test that reports from it."""
+    return read_history(settings, fleet.window)
+
+
+@pytest.fixture(scope="module")
+def raw(analysis: Analysis) -> Report:
+    return build_report(analysis)
+
+
+@pytest.fixture(scope="module")
+def history(read: History) -> Report:
+    return build_history_report(read)
 
 
 def _rows(report: Report, section: str, *keys: str) -> dict[tuple[str, ...], dict[str, Any]]:
@@ -348,11 +365,17 @@ def committed(
     return replace(published, prometheus=where.prometheus, kubernetes=where.kubernetes)
 
 
+@pytest.fixture(scope="module")
+def committed_history(fleet: SimulatedFleet, committed: Settings) -> Report:
+    return build_history_report(read_history(committed, fleet.window))
+
+
 def test_committed_gpus_cost_the_same_on_both_paths(
-    fleet: SimulatedFleet, committed: Settings, settings: Settings
+    fleet: SimulatedFleet, committed: Settings, analysis: Analysis, committed_history: Report
 ) -> None:
     analyses = [
-        FleetService(settings=s, sources=LiveSources(s)).analysis(fleet.window) for s in (settings, committed)
+        analysis,
+        FleetService(settings=committed, sources=LiveSources(committed)).analysis(fleet.window),
     ]
     paid = [float(usage_tables(a)["fleet_ledger"][list(STATE_USD)].sum(axis=1).iloc[0]) for a in analyses]
     # From the tenth hour the H100s' GPU-hour costs (20 × 3.00 + 12 × 4.00) / 32 = 3.375 instead of 4.00:
@@ -361,7 +384,7 @@ def test_committed_gpus_cost_the_same_on_both_paths(
     cut = build_report(analyses[1])
     assert _rows(cut, "pools", "pool")[(H100,)]["usd_per_gpu_hour"] == pytest.approx(3.375)
     # The history path prices each piece at the blended rate the exporter published in it.
-    history = build_history_report(read_history(committed, fleet.window))
+    history = committed_history
     for key in ("cost_usd", "waste_usd", "unallocated_cost_usd", "stranded_cost_usd"):
         assert history["fleet"][key] == pytest.approx(cut["fleet"][key], rel=1e-9), key
     for section, keys in (("teams", ("team",)), ("pools", ("pool",))):
@@ -373,7 +396,7 @@ def test_committed_gpus_cost_the_same_on_both_paths(
 
 
 def test_focus_rows_of_the_history_path_add_up_and_pass_the_validator(
-    fleet: SimulatedFleet, committed: Settings, tmp_path: Path
+    fleet: SimulatedFleet, committed: Settings, committed_history: Report, tmp_path: Path
 ) -> None:
     """Hourly FOCUS rows read from gpuwatch_* series (pieces cut at every hour) under the H100
     commitment: they add up to the history report of the same window, and focus-validator passes them."""
@@ -384,7 +407,7 @@ def test_focus_rows_of_the_history_path_add_up_and_pass_the_validator(
     path.write_bytes(render_focus(rows, "csv"))
     assert_conforms(validate(path, tmp_path))
     written = pd.read_csv(path)
-    assert_adds_up(written, build_history_report(read_history(committed, fleet.window)))
+    assert_adds_up(written, committed_history)
     assert written["ChargePeriodStart"].nunique() == 24
     # From the tenth hour 20 of the 32 H100s are committed at $3.00: $3.375 a GPU-hour, $4.00 listed.
     h100 = written[(written["SkuId"] == H100) & (written["PricingQuantity"] > 1e-6)]
@@ -483,14 +506,13 @@ def test_cli_source_history_and_its_absence(
     assert "holds no gpuwatch_* series from 2026-01-01T00:00:00Z" in missing.stderr
 
 
-def test_queues_agree(fleet: SimulatedFleet, settings: Settings) -> None:
+def test_queues_agree(service: FleetService, analysis: Analysis, read: History) -> None:
     """Kueue's queues over the window, from the API server's objects on both paths, priced at the prices
     each path charges: the same rows, fairness, blocked demand and reclaim candidates, and the same
     words for the pod Kueue holds back."""
-    service = FleetService(settings=settings, sources=LiveSources(settings))
     setup = service.queue_setup()
-    raw = build_report(service.analysis(fleet.window), queues=setup)
-    history = build_history_report(read_history(settings, fleet.window), queues=setup)
+    raw = build_report(analysis, queues=setup)
+    history = build_history_report(read, queues=setup)
     assert raw["kueue"] == history["kueue"] == {"installed": True}
     for section, keys in (
         ("queues", ("namespace", "queue")),
@@ -508,21 +530,21 @@ def test_queues_agree(fleet: SimulatedFleet, settings: Settings) -> None:
     assert quota and "insufficient unused quota" in quota[0][1]
 
 
-def test_queue_usage_outlives_deleted_workloads(fleet: SimulatedFleet, settings: Settings) -> None:
+def test_queue_usage_outlives_deleted_workloads(
+    service: FleetService, analysis: Analysis, read: History
+) -> None:
     """Kueue deletes a Workload with its Job. The history path reads each queue's quota, use, borrowing and
     lending from the gpuwatch_queue_* series the exporter published: a window whose finished Workloads
     are gone reads as it did with them, where the raw path, which has only Kueue's objects, loses them."""
-    service = FleetService(settings=settings, sources=LiveSources(settings))
     setup = service.queue_setup()
     finished = setup.workloads["finished_at"].notna()
     assert finished.any()
     gone = replace(setup, workloads=setup.workloads[~finished])
-    history = read_history(settings, fleet.window)
-    assert len(history.queue_usage)
+    assert len(read.queue_usage)
     keys = ("namespace", "queue")
-    kept = _rows(build_history_report(history, queues=setup), "queues", *keys)
-    deleted = _rows(build_history_report(history, queues=gone), "queues", *keys)
-    raw = _rows(build_report(service.analysis(fleet.window), queues=gone), "queues", *keys)
+    kept = _rows(build_history_report(read, queues=setup), "queues", *keys)
+    deleted = _rows(build_history_report(read, queues=gone), "queues", *keys)
+    raw = _rows(build_report(analysis, queues=gone), "queues", *keys)
     columns = ("used_gpu_hours", "borrowed_gpu_hours", "lent_gpu_hours", "reserved_unused_usd")
     assert deleted.keys() == kept.keys() == raw.keys()
     for key, row in kept.items():

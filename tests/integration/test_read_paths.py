@@ -352,7 +352,7 @@ PAGES = {  # path: (as-of line, KPI tiles or "")
 
 
 def test_every_page_draws_the_recorded_view_and_says_so(
-    fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str
+    fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str, raw: FleetView, recorded: FleetView
 ) -> None:
     """In Chromium: each page on the recorded path names it, shows the raw path's KPI figures, and a
     window reaching before the history carries the history banner."""
@@ -392,8 +392,8 @@ def test_every_page_draws_the_recorded_view_and_says_so(
         assert seen["recorded"] == seen["raw"], path
     # The Right-size page shows each path's own report: on the recorded one, recommendations from the
     # hourly roll-ups of each pod's p95 and peak memory.
-    for name, limit in (("raw", 10**12), ("recorded", 0)):
-        report = open_view(_service(prom, kubeconfig, limit), day, computed_at=NOW).report
+    for name, view in (("raw", raw), ("recorded", recorded)):
+        report = view.report
         assert saved[name] == components.usd(report["rightsizing"]["monthly_savings_usd"]), name
 
 
