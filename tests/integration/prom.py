@@ -359,18 +359,22 @@ ROLLUP_PREFIXES = ("hour:", "day:")  # the roll-up rules' series (alerts/gpuwatc
 Keep = Callable[[str], bool]
 
 
+@contextlib.contextmanager
 def rollup_variants(
-    full: Path, keeps: Mapping[str, Keep], root: Path, *, backend: Backend = "prometheus"
-) -> dict[str, QueryServer]:
-    """A started server of `backend` per `keeps` entry (stop them yourself), each holding every raw
-    sample of the OpenMetrics backfill `full` and the roll-up samples (hour:..., day:...) its test keeps.
+    fleet: SimulatedFleet, keeps: Mapping[str, Keep], root: Path, *, backend: Backend = "prometheus"
+) -> Iterator[dict[str, str]]:
+    """The URL of a server of `backend` per `keeps` entry, each holding the fleet's gpuwatch_* history
+    (its backfill, written once) and the roll-up samples (hour:..., day:...) its test keeps; stopped on
+    leaving.
 
     The raw history is split off once: Prometheus servers share its blocks (hard-linked; Prometheus
     reads blocks that overlap in time) beside the blocks of their own roll-ups, so promtool reads the
     large part of the file once, not once per server.
     """
     root.mkdir(parents=True, exist_ok=True)
-    raw = root / "raw.om"
+    full, raw = root / "full.om", root / "raw.om"
+    with full.open("w", encoding="utf-8") as out:
+        write_fleet_backfill(fleet, out, dcgm=False)
     rollups = {name: root / f"rollups-{k}.om" for k, name in enumerate(keeps)}
     counts = dict.fromkeys(keeps, 0)
     with contextlib.ExitStack() as files:
@@ -407,11 +411,10 @@ def rollup_variants(
                 vm.import_openmetrics(raw)
                 if counts[name]:
                     vm.import_openmetrics(path)
-    except BaseException:
+        yield {name: server.url for name, server in started.items()}
+    finally:
         for server in started.values():
             server.stop()
-        raise
-    return started
 
 
 # -- the HTTP API, read directly ----------------------------------------------------------------

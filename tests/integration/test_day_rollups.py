@@ -21,7 +21,7 @@ from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
 from gpuwatch.surfaces.report import build_history_report
 from tests.integration.prom import Backend, Keep, rollup_variants
-from tests.integration.test_rollups import Report, _backfill, _same
+from tests.integration.test_rollups import Report, _same
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -67,12 +67,8 @@ def servers(
     backend: Backend = request.param
     root = tmp_path_factory.mktemp(f"days-{backend}")
     fleet = build_demo_fleet(seed=5, end=END, days=3.5, step_seconds=300)
-    started = rollup_variants(_backfill(fleet, root / "full.om"), KEEPS, root, backend=backend)
-    try:
-        yield {name: server.url for name, server in started.items()}
-    finally:
-        for server in started.values():
-            server.stop()
+    with rollup_variants(fleet, KEEPS, root, backend=backend) as urls:
+        yield urls
 
 
 def _pieces(url: str) -> list[tuple[float, str]]:

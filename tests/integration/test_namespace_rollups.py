@@ -23,7 +23,6 @@ from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
 from gpuwatch.surfaces.report import build_history_report
 from tests.integration.prom import query, rollup_variants
-from tests.integration.test_rollups import _backfill
 
 pytestmark = pytest.mark.integration
 END = datetime(2026, 11, 20, tzinfo=UTC)
@@ -64,12 +63,8 @@ KEEPS = {
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("namespace-rollups")
     fleet = build_demo_fleet(seed=5, end=END, days=3.5, step_seconds=300)
-    started = rollup_variants(_backfill(fleet, root / "full.om"), KEEPS, root)
-    try:
-        yield {name: server.url for name, server in started.items()}
-    finally:
-        for server in started.values():
-            server.stop()
+    with rollup_variants(fleet, KEEPS, root) as urls:
+        yield urls
 
 
 def _values(url: str, expr: str, at: datetime) -> dict[tuple[tuple[str, str], ...], float]:

@@ -17,7 +17,6 @@ from gpuwatch.core.config import PrometheusSettings, Settings
 from gpuwatch.core.model import Window
 from gpuwatch.read.history import read_history
 from gpuwatch.sim import SimulatedFleet, build_demo_fleet
-from gpuwatch.sim.backfill import write_fleet_backfill
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.historystore import PrometheusHistory
 from gpuwatch.sources.prometheus import PrometheusSource
@@ -38,13 +37,6 @@ def fleet() -> SimulatedFleet:
     return build_demo_fleet(seed=11, end=END, days=1, step_seconds=60)
 
 
-def _backfill(fleet: SimulatedFleet, path: Path) -> Path:
-    """The fleet's gpuwatch_* history and roll-ups, as OpenMetrics at `path`."""
-    with path.open("w", encoding="utf-8") as out:
-        write_fleet_backfill(fleet, out, dcgm=False)
-    return path
-
-
 def _in_hole(line: str) -> bool:
     """A roll-up sample (not the evaluation marker) evaluated inside HOLE."""
     if not line.startswith("hour:") or line.startswith("hour:gpuwatch_rollup_evaluation"):
@@ -62,12 +54,8 @@ def servers(fleet: SimulatedFleet, tmp_path_factory: pytest.TempPathFactory) -> 
         "raw": lambda line: not line.startswith(("hour:", "day:")),
         "holed": lambda line: not _in_hole(line),
     }
-    started = rollup_variants(_backfill(fleet, root / "full.om"), keeps, root)
-    try:
-        yield {name: server.url for name, server in started.items()}
-    finally:
-        for server in started.values():
-            server.stop()
+    with rollup_variants(fleet, keeps, root) as urls:
+        yield urls
 
 
 def _pieces(url: str, *, piece_seconds: int) -> list[tuple[float, str]]:
@@ -169,13 +157,9 @@ def test_a_bucket_shorter_than_the_exporters_interval_is_widened_to_it(tmp_path:
     """An exporter scraped every 5 min, drawn in 3-min buckets (a day's default): buckets of 5 min, each
     with its cycle, none reported as missing history."""
     fleet = build_demo_fleet(seed=3, end=END, days=0.25, step_seconds=300)
-    full = _backfill(fleet, tmp_path / "full.om")
-    prometheus = rollup_variants(full, {"all": lambda line: True}, tmp_path / "five")["all"]
-    try:
-        source = PrometheusSource.from_settings(PrometheusSettings(url=prometheus.url))
+    with rollup_variants(fleet, {"all": lambda line: True}, tmp_path / "five") as urls:
+        source = PrometheusSource.from_settings(PrometheusSettings(url=urls["all"]))
         window = Window(start=END - timedelta(hours=2), end=END - timedelta(hours=1))
         pieces = history_pieces(source, window, piece_seconds=180)
-    finally:
-        prometheus.stop()
     assert pieces["seconds"].tolist() == [300.0] * 12
     assert pieces["samples"].tolist() == [1.0] * 12
