@@ -30,7 +30,7 @@ from gpuwatch.views.base import STATE_COLUMNS, FleetView, Scope
 from gpuwatch.views.raw import RawView
 from gpuwatch.views.reader import open_view, trend_report
 from gpuwatch.views.recorded import RecordedView
-from tests.integration.browser import browser_page, screenshot, settle
+from tests.integration.browser import browser_page, screenshot, settle, wait_until
 from tests.integration.prom import RAW_PATH_METRICS, Backend, BackfilledPrometheus, PrometheusFactory
 from tests.integration.ui_server import serve_app
 
@@ -367,7 +367,7 @@ def test_every_page_draws_the_recorded_view_and_says_so(
         with serve_app(app) as base, browser_page(1440, 1000) as (page, errors):
             for path, (as_of_id, kpis_id) in PAGES.items():
                 page.goto(f"{base}{path}{query}")
-                page.wait_for_function(FILLED, arg=as_of_id, timeout=180_000)
+                wait_until(page, FILLED, arg=as_of_id, timeout=180_000)
                 settle(page)
                 as_of = page.locator(f"#{as_of_id}").inner_text()
                 wanted = (

@@ -27,6 +27,7 @@ from tests.integration.browser import (
     settle,
     table_rows,
     wait_for_location,
+    wait_until,
 )
 from tests.integration.ui_server import serve_app
 
@@ -243,8 +244,8 @@ def test_a_filter_changes_the_content_and_the_url_and_back_works(
     # A window preset is a click; the page shows the 7-day window.
     p.click("#filter-window >> text=7d")
     wait_for_location(p, "/waste?window=7d&team=robotics")
-    p.wait_for_function(
-        "() => document.querySelector('.gw-as-of').innerText.includes('2026-11-13 00:00')", timeout=180_000
+    wait_until(
+        p, "() => document.querySelector('.gw-as-of').innerText.includes('2026-11-13 00:00')", timeout=180_000
     )
     settle(p)
     no_dash_errors(p, errors)
@@ -255,7 +256,8 @@ def test_a_shared_link_restores_its_filters(demo: Demo, page: tuple[Page, list[s
     p.goto(demo.url + "/capacity?pool=NVIDIA-L4&start=2026-11-19T12:00Z&end=2026-11-20T00:00Z")
     p.wait_for_selector("#capacity-holes .main-svg", timeout=120_000)
     # The as-of line is drawn by a callback of its own, which may come after the chart's.
-    p.wait_for_function(
+    wait_until(
+        p,
         "() => (document.querySelector('.gw-as-of')?.innerText || '').includes('2026-11-19 12:00')",
         timeout=120_000,
     )
@@ -322,7 +324,8 @@ def test_the_heatmap_metric_and_a_team_drill_down(demo: Demo, page: tuple[Page, 
     settle(p)
     assert "utilization (%)" in p.inner_text("#health-heatmap")
     p.click("#health-metric >> text=temperature")
-    p.wait_for_function(
+    wait_until(
+        p,
         "() => document.querySelector('#health-heatmap').innerText.includes('temperature (°C)')",
         timeout=60_000,
     )

@@ -26,7 +26,7 @@ from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.ui import create_app
 from gpuwatch.ui.filters import format_time
-from tests.integration.browser import browser_page, screenshot
+from tests.integration.browser import browser_page, screenshot, wait_until
 from tests.integration.conftest import DEMO_METRICS
 from tests.integration.faultproxy import FaultProxy
 from tests.integration.prom import BackfilledPrometheus, PrometheusFactory
@@ -99,7 +99,7 @@ def hang_then_answer(page: Page, base: str, query: str, proxy: FaultProxy, what:
     at the deadline; then the proxy relays, and the page reloaded shows the fleet's dollars."""
     opened = time.monotonic()
     page.goto(base + query)
-    page.wait_for_function(HAS_TEXT, arg=f"waiting for {what} · ", timeout=10_000)
+    wait_until(page, HAS_TEXT, arg=f"waiting for {what} · ", timeout=10_000)
     assert time.monotonic() - opened < 10
     kpis = page.inner_text("#overview-kpis")
     assert kpis.startswith(f"waiting for {what} · ") and kpis.endswith(" s")
@@ -109,9 +109,7 @@ def hang_then_answer(page: Page, base: str, query: str, proxy: FaultProxy, what:
     assert f"waiting for {what}" in page.inner_text("#overview-top-waste")
     screenshot(page, f"ui-faults-{name}-waiting")
 
-    page.wait_for_function(
-        HAS_TEXT, arg=f"{what}: no answer within {DEADLINE}s", timeout=(DEADLINE + 15) * 1000
-    )
+    wait_until(page, HAS_TEXT, arg=f"{what}: no answer within {DEADLINE}s", timeout=(DEADLINE + 15) * 1000)
     banner = page.inner_text(".gw-banner")
     assert banner.startswith("Still waiting since ") and "Nothing was fetched yet" in banner
     assert proxy.url("https" if what.startswith("the Kubernetes") else "http") in banner
@@ -119,8 +117,8 @@ def hang_then_answer(page: Page, base: str, query: str, proxy: FaultProxy, what:
 
     proxy.mode = "relay"
     page.reload()
-    page.wait_for_function(
-        "() => (document.getElementById('kpi-cost')?.innerText || '').startsWith('$')", timeout=60_000
+    wait_until(
+        page, "() => (document.getElementById('kpi-cost')?.innerText || '').startsWith('$')", timeout=60_000
     )
     assert "no answer within" not in page.inner_text("body")
     screenshot(page, f"ui-faults-{name}-answered")
@@ -195,7 +193,7 @@ def test_one_cluster_of_several_not_answering_gets_its_own_banner() -> None:
     try:
         with serve_app(create_app(service)) as base, browser_page(1280, 900) as (page, errors):
             page.goto(base + "/capacity")
-            page.wait_for_function(HAS_TEXT, arg=f"waiting for {what} · ", timeout=10_000)
+            wait_until(page, HAS_TEXT, arg=f"waiting for {what} · ", timeout=10_000)
             page.wait_for_selector("#cluster-late-ap-1", timeout=(DEADLINE + 10) * 1000)
             banner = page.inner_text("#cluster-late-ap-1")
             assert banner.startswith("Cluster ap-1 not answering.")
@@ -236,13 +234,14 @@ def test_each_other_fault_is_named_on_the_page_and_the_numbers_come_back(
                 end = w.end - (k + 1) * (w.end - w.start) / 8
                 page.goto(f"{base}/?window=custom&start={format_time(w.start)}&end={format_time(end)}")
                 expected = said.format(what=what, url=url) if source == "prometheus" else url
-                page.wait_for_function(HAS_TEXT, arg=expected, timeout=15_000)
+                wait_until(page, HAS_TEXT, arg=expected, timeout=15_000)
                 if expected == url:
                     assert url in page.inner_text(".gw-banner"), fault
                 screenshot(page, f"ui-faults-{source}-{fault}")
                 proxy.mode = "relay"
                 page.reload()
-                page.wait_for_function(
+                wait_until(
+                    page,
                     "() => (document.getElementById('kpi-cost')?.innerText || '').startsWith('$')",
                     timeout=60_000,
                 )

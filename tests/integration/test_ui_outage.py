@@ -14,7 +14,14 @@ from gpuwatch.sim import build_demo_fleet
 from gpuwatch.sim.demoservice import SimulatedSources, demo_settings
 from gpuwatch.sources.kubernetes import ClusterState
 from gpuwatch.ui import create_app
-from tests.integration.browser import browser_page, screenshot, settle, table_rows, wait_for_location
+from tests.integration.browser import (
+    browser_page,
+    screenshot,
+    settle,
+    table_rows,
+    wait_for_location,
+    wait_until,
+)
 from tests.integration.ui_server import serve_app
 
 pytestmark = pytest.mark.integration
@@ -128,7 +135,8 @@ def test_a_failing_source_shows_the_stale_banner_and_the_pages_keep_working() ->
         page.wait_for_selector("#health-heatmap .main-svg", timeout=120_000)
         settle(page)
         # The 7-day view comes in and device health refreshes: the banner is gone.
-        page.wait_for_function(
+        wait_until(
+            page,
             "() => document.querySelector('.gw-as-of').innerText.includes('2026-11-13 00:00')"
             " && !document.querySelector('.gw-banner')",
             timeout=120_000,
