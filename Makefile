@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBIAN_KUBECTL := $(VENV)/kubernetes-client/usr/bin/kubectl
+# Python keeps each module it compiles (__pycache__): where the environment turns that off, each of the
+# hundreds of processes the tests start would compile gpuwatch and the test modules again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test check install test-deps lint typecheck bench clean
 
