@@ -228,8 +228,9 @@ def _read_pieces(
 ) -> pd.DataFrame:
     """build(range, grid, rollup) evaluated at the end of every piece: each run of back-to-back pieces of
     one length, grid and form in one range query (step = the piece), a piece alone as an instant query.
-    A range query of a family without per-pod labels from the roll-ups may span a month (a few series,
-    no churn); any other spans a day at most (MAX_CHUNK_SECONDS). Frame: piece, labels, value."""
+    A range query of one series (no labels: the exporter's cycles) or of a family without per-pod labels
+    from the roll-ups may span a month (a few series, no churn); any other spans a day at most
+    (MAX_CHUNK_SECONDS). Frame: piece, labels, value."""
     runs: list[list[int]] = []
     ids = pieces["piece"].to_numpy()
     ends = pd.DatetimeIndex(pieces["end"])
@@ -241,7 +242,7 @@ def _read_pieces(
         at = _read_time(ends[run[0]], rollup)
         if len(run) == 1:
             return source.query(query, at=at.to_pydatetime()).assign(piece=ids[run[0]])
-        span = ROLLUP_CHUNK_SECONDS if rollup and "pod" not in labels else None
+        span = ROLLUP_CHUNK_SECONDS if (rollup or not labels) and "pod" not in labels else None
         frame = source.range_points(
             query, first=at.to_pydatetime(), n=len(run), step_seconds=round(seconds), span_seconds=span
         ).frame()

@@ -12,6 +12,7 @@ from gpuwatch.read.history import price_cuts, read_pieces, read_sums, scope_sums
 from gpuwatch.read.historytables import assemble
 from gpuwatch.read.service import FleetService
 from gpuwatch.sources.historystore import HistoryStore
+from gpuwatch.sources.historysums import POD_IDLE_SPLIT
 from gpuwatch.sources.ownseries import ROLLUP_SECONDS
 from gpuwatch.surfaces.report import Report, build_history_report
 from gpuwatch.views.base import FleetView, Scope, bucket_seconds
@@ -85,8 +86,9 @@ def read_recorded(
     """Everything a recorded view draws for the window, read once for the whole fleet (the scoped
     timelines and pods at the end when a scope first asks, once per set of teams; the per-pod families
     when a page asks, PodReader). The reads go side by side: Prometheus sums the window while this
-    process builds the present from the API server. The idle pods' family, which the default page's
-    most wasteful workloads come from, starts reading with them. `present`: the window's end already
+    process builds the present from the API server. The idle pods' families (their idle GE and its held
+    and abandoned split), which the default page ranks its most wasteful workloads by, start reading with
+    them. `present`: the window's end already
     computed (the fleet's, when some of its clusters' history is read alone: Recorded.of_clusters)."""
     # One sample at the end, of the same length whatever the window's step: windows ending together
     # (24 h, 7 d and 30 d up to now) share it.
@@ -102,7 +104,7 @@ def read_recorded(
         node_states = pool.submit(store.node_states_now, window.end)
         team_states = pool.submit(store.team_states_now, window.end)
         pods = store.pod_reader(pieces.result())
-        pods.of_teams().start("pod_idle")
+        pods.of_teams().start("pod_idle", *POD_IDLE_SPLIT)
         sums = pool.submit(read_sums, store, window, pieces=pods.pieces, pods=False)
     timeline = timeline_read.result()
     return Recorded(
