@@ -172,7 +172,7 @@ def _nav_pages() -> list[dict[str, Any]]:
     return sorted(pages, key=lambda p: (p.get("order") or 0, p["path"]))
 
 
-POLL_SECONDS = 2.0  # while a computation is under way, pages are drawn again this often
+POLL_SECONDS = 1.0  # while a computation is under way, pages are drawn again this often
 
 
 def _shell(service: FleetService, refresh_seconds: float) -> html.Div:
