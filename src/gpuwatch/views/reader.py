@@ -88,8 +88,8 @@ def read_recorded(
     when a page asks, PodReader). The reads go side by side: Prometheus sums the window while this
     process builds the present from the API server. The idle pods' families (their idle GE and its held
     and abandoned split), which the default page ranks its most wasteful workloads by, start reading with
-    them. `present`: the window's end already
-    computed (the fleet's, when some of its clusters' history is read alone: Recorded.of_clusters)."""
+    them. `present`: the window's end already computed (the fleet's, when some of its clusters' history
+    is read alone: Recorded.of_clusters)."""
     # One sample at the end, of the same length whatever the window's step: windows ending together
     # (24 h, 7 d and 30 d up to now) share it.
     step = min(window.step_seconds, PRESENT_STEP_SECONDS)
