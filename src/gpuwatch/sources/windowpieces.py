@@ -242,7 +242,7 @@ def _read_pieces(
         at = _read_time(ends[run[0]], rollup)
         if len(run) == 1:
             return source.query(query, at=at.to_pydatetime()).assign(piece=ids[run[0]])
-        span = ROLLUP_CHUNK_SECONDS if (rollup or not labels) and "pod" not in labels else None
+        span = ROLLUP_CHUNK_SECONDS if not labels or (rollup and "pod" not in labels) else None
         frame = source.range_points(
             query, first=at.to_pydatetime(), n=len(run), step_seconds=round(seconds), span_seconds=span
         ).frame()
