@@ -161,7 +161,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     into = backfill.add_mutually_exclusive_group(required=True)
     into.add_argument(
-        "--output", "-o", help="OpenMetrics file to write (for promtool tsdb create-blocks-from)"
+        "--output",
+        "-o",
+        help="OpenMetrics file to write (for promtool tsdb create-blocks-from); a world too large to write "
+        "within 2 GB of memory is refused: use --tsdb",
     )
     into.add_argument(
         "--tsdb",

@@ -89,9 +89,9 @@ def test_cli_refuses_to_write_nothing(tmp_path: Path) -> None:
 
 
 def test_cli_output_holds_exactly_the_blocks(tmp_path: Path) -> None:
-    """`--output` makes the history a day at a time, as `--tsdb` does (so its memory holds a day of the
-    fleet, whatever the window): over a window across two UTC midnights, promtool reads from the file
-    exactly the samples `--tsdb` writes, each family under one header."""
+    """`--output` makes the history a day at a time, as `--tsdb` does: over a window across two UTC
+    midnights, promtool reads from the file exactly the samples `--tsdb` writes, each family under one
+    header."""
     world = ("--days", "1.25", "--step", "300s", "--gpus", "16", "--end", "2026-11-20T03:00:00+00:00")
     util = ("--metrics", *UTIL)
     one_file = tmp_path / "fleet.om"

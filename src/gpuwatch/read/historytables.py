@@ -497,7 +497,7 @@ def _recommendations(
         peak_fb_bytes=sums.pod_memory_peak.groupby(keys)["value"].max().reindex(index).to_numpy(np.float64),
         telemetry_ratio=np.divide(known, allocated, out=np.full(len(known), math.nan), where=allocated > 0),
     )
-    pools = set(sums.nodes_now["pool"]) | (set(usage["pool"]) - {""}) | set(published)
+    pools = set(sums.nodes_now["pool"]) | (set(usage["pool"].unique()) - {""}) | set(published)
     quoted = {p: published.get(p, settings.pricing.usd_per_gpu_hour(p, window.end)) for p in pools}
     recommended = recommend(
         usage[list(RIGHTSIZE_WORKLOADS.columns)],

@@ -40,6 +40,13 @@ from gpuwatch.sources import ownseries
 
 BLOCK = timedelta(hours=2)
 BLOCKS_PER_TASK = 12  # one day of blocks analysed at once: the memory of a day of the fleet per worker
+# The largest worlds write_simulated_backfill writes within 2 GB of memory, in GPU-samples (measured in
+# docs/performance.md). It holds the fleet (~35 bytes a GPU-sample of the window) and, with DCGM series,
+# their grid of the whole window (~900 bytes a GPU-sample); it makes a day's gpuwatch_* series at once
+# (~2,000 bytes a GPU-sample of the day). Larger worlds go to write_tsdb.
+OUTPUT_GPU_SAMPLES = 10_000_000
+OUTPUT_DCGM_GPU_SAMPLES = 1_500_000
+OUTPUT_DAY_GPU_SAMPLES = 500_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +88,17 @@ def write_simulated_backfill(
     """Write an OpenMetrics backfill of the simulated fleet; returns the number of samples written.
 
     The history is made as write_tsdb makes it, a day of blocks at a time, and the file holds exactly the
-    samples write_tsdb writes: memory holds one day of the fleet whatever the window. Each family's text
-    waits in a scratch file of its own beside `path` until the last day is made (OpenMetrics wants each
-    family in one piece), so writing takes twice the file's size on disk for a moment.
+    samples write_tsdb writes. Each family's text waits in a scratch file of its own beside `path` until the
+    last day is made (OpenMetrics wants each family in one piece), so writing takes twice the file's size
+    on disk for a moment. A world it cannot write within 2 GB of memory (check_output_fits) is refused
+    before the fleet is built.
 
     With gpuwatch_series, the gpuwatch_* history is appended as if `gpuwatch export` had run all along
     (what long-window reports, recording rules and dashboards read). With a cluster name, every series
     carries cluster="<name>" (cluster_labels). `progress(done, total)` counts 2 h blocks.
     """
     external = cluster_labels(cluster)  # a bad name fails before the fleet is built and the file written
+    check_output_fits(params, dcgm=dcgm, gpuwatch_series=gpuwatch_series)
     fleet = params.build()
     # No promtool, TSDB or scratch directory of its own: every sample goes to the spool as text.
     job = _Job(layout, metrics, dcgm, gpuwatch_series, None, Path(), Path(), external)
@@ -110,6 +119,25 @@ def write_simulated_backfill(
         finally:
             spool.close()
     return samples
+
+
+def check_output_fits(params: SimulationParams, *, dcgm: bool, gpuwatch_series: bool) -> None:
+    """A ConfigError, before anything is built, for a world write_simulated_backfill cannot write within
+    2 GB (OUTPUT_GPU_SAMPLES and the others)."""
+    gpus, samples = params.fleet_gpus(), params.window_samples()
+    a_day = min(samples, math.ceil(86_400 / params.step_seconds))
+    if dcgm and gpus * samples > OUTPUT_DCGM_GPU_SAMPLES:
+        what, per_gpu, limit = "holds the window's DCGM series", samples, OUTPUT_DCGM_GPU_SAMPLES
+    elif gpus * samples > OUTPUT_GPU_SAMPLES:
+        what, per_gpu, limit = "holds the window's fleet", samples, OUTPUT_GPU_SAMPLES
+    elif gpuwatch_series and gpus * a_day > OUTPUT_DAY_GPU_SAMPLES:
+        what, per_gpu, limit = "makes each day's gpuwatch_* series", a_day, OUTPUT_DAY_GPU_SAMPLES
+    else:
+        return
+    raise ConfigError(
+        f"--output {what} in memory: {gpus:,} GPUs x {per_gpu:,} samples = {gpus * per_gpu:,} GPU-samples, "
+        f"more than the {limit:,} that fit in 2 GB; write this world with --tsdb DIR"
+    )
 
 
 class FamilySpool:

@@ -405,13 +405,23 @@ def build_demo_fleet(
     if end is None:
         end = demo_end()
     window = Window(start=end - timedelta(days=days), end=end, step_seconds=step_seconds)
-    base_gpus = sum(p.nodes * p.gpus_per_node for p in DEMO_POOLS)
-    scale = 1.0 if gpus is None else gpus / base_gpus
-    pools = tuple(replace(p, nodes=max(1, round(p.nodes * scale))) for p in DEMO_POOLS)
+    scale = _scale(gpus)
     streams = tuple(replace(s, concurrency=max(1, round(s.concurrency * scale))) for s in DEMO_STREAMS)
     if pods is not None:
         streams = _stretched(streams, window, pods)
-    return simulate(seed=seed, window=window, pools=pools, streams=streams, namespaces=DEMO_NAMESPACES)
+    return simulate(
+        seed=seed, window=window, pools=demo_pools(gpus), streams=streams, namespaces=DEMO_NAMESPACES
+    )
+
+
+def _scale(gpus: int | None) -> float:
+    return 1.0 if gpus is None else gpus / sum(p.nodes * p.gpus_per_node for p in DEMO_POOLS)
+
+
+def demo_pools(gpus: int | None = None) -> tuple[PoolSpec, ...]:
+    """The demo fleet's pools, scaled to about `gpus` GPUs (as they are when None)."""
+    scale = _scale(gpus)
+    return tuple(replace(p, nodes=max(1, round(p.nodes * scale))) for p in DEMO_POOLS)
 
 
 def _stretched(streams: Sequence[Stream], window: Window, pods: int) -> tuple[Stream, ...]:

@@ -12,7 +12,7 @@ from gpuwatch.core.model import Window
 from gpuwatch.read.analysis import Analysis
 from gpuwatch.read.series import Family, published_series
 from gpuwatch.read.service import Closable, FleetService
-from gpuwatch.sim.demo import build_demo_fleet
+from gpuwatch.sim.demo import build_demo_fleet, demo_pools
 from gpuwatch.sim.demoservice import SimulatedSources, demo_settings
 from gpuwatch.sim.fleet import SimulatedFleet
 
@@ -25,6 +25,14 @@ class SimulationParams:
     step_seconds: int = 60
     gpus: int | None = None  # None: the 80-GPU demo fleet
     pods: int | None = None  # None: the demo's pod lifetimes
+
+    def fleet_gpus(self) -> int:
+        """How many GPUs build() makes, known without building it."""
+        return sum(p.nodes * p.gpus_per_node for p in demo_pools(self.gpus))
+
+    def window_samples(self) -> int:
+        """How many samples each GPU has over the window."""
+        return math.ceil(self.days * 86_400 / self.step_seconds)
 
     def build(self) -> SimulatedFleet:
         return build_demo_fleet(
