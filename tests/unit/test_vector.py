@@ -65,3 +65,28 @@ def test_samples_without_labels_and_a_fractional_evaluation_time() -> None:
 )
 def test_anything_but_a_plain_vector_is_left_to_the_general_decoder(body: bytes) -> None:
     assert vector_frame(body) is None
+
+
+def test_answers_too_large_to_decode_side_by_side_decode_the_same_one_at_a_time() -> None:
+    """A month of per-pod series (~100 MB) is decoded one answer at a time: two threads decoding answers
+    over 16 MB each get the frames the general decoder gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bodies = [
+        _answer(
+            [
+                _sample(
+                    f"{i % 97}.5", namespace=f"ns-{k}", pod=f"job-{i:06d}-worker", team="genai", pool="h100"
+                )
+                for i in range(150_000)
+            ]
+        )
+        for k in range(2)
+    ]
+    assert min(len(b) for b in bodies) > 16 << 20
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        frames = list(pool.map(vector_frame, bodies))
+    for body, frame in zip(bodies, frames, strict=True):
+        assert frame is not None
+        assert len(frame) == 150_000
+        pd.testing.assert_frame_equal(frame, _general(body))

@@ -3,6 +3,7 @@ which json.loads would make as many dicts of (the answer's bytes ~ 100 MB, its d
 before a frame is built of them. Here Arrow's JSON reader parses them straight into columns."""
 
 import io
+import threading
 from typing import Final
 
 import numpy as np
@@ -19,6 +20,12 @@ _VALUE: Final = b'"value":['
 _BETWEEN: Final = b'"]},{"metric":'  # one sample's end and the next one's start
 # Arrow's blocks: big enough that a block holds thousands of series, small enough to parse side by side.
 _BLOCK_BYTES: Final = 8 << 20
+# Answers this large are decoded one at a time. Decoding one holds about four times its bytes for a moment,
+# and a month of per-pod series is ~100 MB: several decoded at once were most of serve's peak memory. One
+# at a time costs no time to speak of: Arrow parses an answer's blocks on every core, and the byte
+# rewriting before it holds the GIL anyway.
+_LARGE_BYTES: Final = 16 << 20
+_LARGE_DECODES = threading.Lock()
 
 
 def vector_frame(body: bytes) -> pd.DataFrame | None:
@@ -26,12 +33,19 @@ def vector_frame(body: bytes) -> pd.DataFrame | None:
     one str column per label with "" where absent), or None when it is not a plain vector answer of
     samples that share one timestamp (the caller then decodes it the general way).
 
-    JSON escapes every quote inside a string, so the byte patterns below (each starting or ending at a
-    bare quote) only ever match the answer's own structure, never a label value. Every sample of an
-    instant vector carries the query's evaluation time: after rewriting `"value":[<time>,"<v>"]` as
-    `"value":"<v>"` each sample is a flat JSON object, one per line."""
+    JSON escapes every quote inside a string, so the byte patterns _decoded() rewrites (each starting or
+    ending at a bare quote) only ever match the answer's own structure, never a label value. Every sample
+    of an instant vector carries the query's evaluation time: after rewriting `"value":[<time>,"<v>"]`
+    as `"value":"<v>"` each sample is a flat JSON object, one per line."""
     if not body.startswith(_HEAD) or not body.endswith(_TAIL):
         return None
+    if len(body) < _LARGE_BYTES:
+        return _decoded(body)
+    with _LARGE_DECODES:
+        return _decoded(body)
+
+
+def _decoded(body: bytes) -> pd.DataFrame | None:
     items = body[len(_HEAD) : -len(_TAIL)]
     samples = items.count(_ITEM)
     at = items.find(_VALUE)
