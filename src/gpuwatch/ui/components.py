@@ -19,6 +19,7 @@ from gpuwatch.read.analysis import low_coverage_warning
 from gpuwatch.ui import figures, ids
 from gpuwatch.ui.data import Loaded, Outage, Timed, View, ViewStore, Waiting, age_text, window_text
 from gpuwatch.ui.filters import Filters, parse_query
+from gpuwatch.ui.memory import released_after
 
 STORE_KEY = "GPUWATCH_VIEW_STORE"
 TABLE_ROWS = 50  # rows shown per table; downloads carry them all
@@ -73,7 +74,9 @@ def draw(render: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
     the page reads what it draws (the recorded path reads a view's detail as it is drawn) is a banner
     saying so; the rest of the page stays as it was, and the next refresh tries again."""
     try:
-        return (*render(), rendered())
+        with released_after():
+            drawn = render()
+        return (*drawn, rendered())
     except SourceError as e:
         outage = current_store().read_failed(e)
         incomplete(None)

@@ -18,6 +18,7 @@ from gpuwatch.read.devicehealth import gpu_health, team_quotas
 from gpuwatch.read.service import FleetService
 from gpuwatch.surfaces.report import Report
 from gpuwatch.ui.filters import CUSTOM, PRESET_GRID_SECONDS, PRESETS, Filters
+from gpuwatch.ui.memory import released_after
 from gpuwatch.views.base import FleetView, Scope
 from gpuwatch.views.reader import open_view, trend_report
 
@@ -313,7 +314,8 @@ class ViewStore:
         self, key: Hashable, build: Callable[[], T], keep: Callable[[T], None], job: "_Job[T]", whole: bool
     ) -> None:
         try:
-            value = build()
+            with released_after():
+                value = build()
         except SourceError as e:
             job.error = e
             self._failed(e, key)
