@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -97,8 +98,11 @@ class KubernetesSource:
 
     def _client(self) -> Any:
         if self._api_client is None:
-            self._api_client = _load_api_client(self.kubeconfig, self.context)
-            self.reads.url = str(self._api_client.configuration.host)
+            with _LOADING:
+                if self._api_client is None:
+                    api_client = _load_api_client(self.kubeconfig, self.context)
+                    self.reads.url = str(api_client.configuration.host)
+                    self._api_client = api_client
         return self._api_client
 
     def load(self) -> None:
@@ -401,6 +405,12 @@ class _Problems:
         for message in other.messages:
             if message not in self.messages:
                 self.messages.append(message)
+
+
+# One kubeconfig load at a time in the process: the watches' threads ask for the client together, and the
+# kubernetes client names its temporary CA file in a shared table before it writes the file, so a second
+# load of the same CA could open the still-empty file ("no certificate or crl found").
+_LOADING = threading.Lock()
 
 
 def _load_api_client(kubeconfig: str | None, context: str | None) -> Any:
