@@ -35,7 +35,7 @@ def test_threads_loading_the_same_kubeconfig_each_see_the_whole_ca(
     def slow_open(name: str, mode: str = "r", *args: Any, **kwargs: Any) -> IO[Any]:
         if "w" in mode:
             time.sleep(0.3)  # the CA file is named in the client's table but not written yet
-        return open(name, mode, *args, **kwargs)  # noqa: SIM115 - the caller closes it
+        return open(name, mode, *args, **kwargs)
 
     monkeypatch.setattr(kube_config, "open", slow_open, raising=False)
     sources = [KubernetesSource(kubeconfig=kubeconfig) for _ in range(4)]
