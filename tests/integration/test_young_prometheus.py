@@ -1,4 +1,4 @@
-"""A live simulated fleet whose Prometheus is two minutes old: unknown is never drawn or counted as active.
+"""A live simulated fleet whose Prometheus is a minute old: unknown is never drawn or counted as active.
 
 A real Prometheus scrapes the simulated dcgm-exporter from the moment the test starts, while the
 Kubernetes API test server says the fleet's pods have run for hours. Most of every window then has no
@@ -30,7 +30,7 @@ from tests.integration.prom import PrometheusServer
 from tests.integration.ui_server import serve_app
 
 pytestmark = pytest.mark.integration
-AGE_SECONDS = 130  # two minutes and a bit: two complete 60 s samples of telemetry
+AGE_SECONDS = 70  # a minute and a bit: a complete 60 s sample of telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ def test_report_counts_the_untelemetered_hours_as_unknown_and_warns(young: Young
     ledger = report["fleet"]["ledger_gpu_hours"]
     allocated = report["fleet"]["allocated_gpu_hours"]
     bound = _telemetry_gpu_hours_bound(young, report["fleet"]["gpus"])
-    # A day of pods the API server knows, two minutes of telemetry: active and idle fit in those minutes.
+    # A day of pods the API server knows, a minute of telemetry: active and idle fit in those minutes.
     assert allocated > 100 * bound
     assert ledger["allocated_active"] + ledger["allocated_idle"] <= bound
     assert ledger["allocated_unknown"] >= allocated - bound
@@ -148,7 +148,7 @@ def test_no_page_draws_unknown_as_active_and_the_overview_warns(young: Young, tm
         assert banner.inner_text().startswith("Low telemetry coverage. Telemetry covers only 0.")
         ledger = _traces(page, ui_ids.OVERVIEW_LEDGER_CHART)
         unknown, active = ledger["allocated · unknown"], ledger["allocated · active"]
-        # Buckets of the 24 h chart: GE per state. Pods hold GPUs all day; telemetry is two minutes old.
+        # Buckets of the 24 h chart: GE per state. Pods hold GPUs all day; telemetry is a minute old.
         assert sum(unknown) > 50 * sum(active)
         assert max(unknown) >= 10
         screenshot(page, "young-prometheus-overview")
