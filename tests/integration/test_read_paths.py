@@ -351,6 +351,11 @@ PAGES = {  # path: (as-of line, KPI tiles or "")
 }
 
 
+# The raw path's KPI tiles as the first store's pages drew them, by page: both stores hold the same DCGM
+# samples, so the second store's recorded pages are compared with them rather than drawn raw again.
+_RAW_PAGES: dict[str, str] = {}
+
+
 def test_every_page_draws_the_recorded_view_and_says_so(
     fleet: SimulatedFleet, prom: BackfilledPrometheus, kubeconfig: str, raw: FleetView, recorded: FleetView
 ) -> None:
@@ -361,8 +366,9 @@ def test_every_page_draws_the_recorded_view_and_says_so(
     earlier = (
         f"?window=custom&start={format_time(day.start - timedelta(hours=12))}&end={format_time(day.end)}"
     )
-    kpis: dict[str, dict[str, str]] = {}
-    for name, limit in (("raw", 10**12), ("recorded", 0)):
+    kpis: dict[str, dict[str, str]] = {path: {"raw": text} for path, text in _RAW_PAGES.items()}
+    paths = (("recorded", 0),) if _RAW_PAGES else (("raw", 10**12), ("recorded", 0))
+    for name, limit in paths:
         app = create_app(_service(prom, kubeconfig, limit), warm=False)
         with serve_app(app) as base, browser_page(1440, 1000) as (page, errors):
             for path, (as_of_id, kpis_id) in PAGES.items():
@@ -387,6 +393,7 @@ def test_every_page_draws_the_recorded_view_and_says_so(
                 assert "History missing for part of the window" in banner
                 assert "2026-11-18T12:00:00Z to 2026-11-19T00:00:00Z" in banner
             assert errors == []
+    _RAW_PAGES.update({path: seen["raw"] for path, seen in kpis.items()})
     saved = kpis.pop("/rightsize")
     for path, seen in kpis.items():
         assert seen["recorded"] == seen["raw"], path
