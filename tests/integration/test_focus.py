@@ -17,8 +17,20 @@ from tests.integration.focus_check import assert_adds_up, assert_conforms, state
 pytestmark = pytest.mark.integration
 
 
-def _gpuwatch(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "gpuwatch", *args], check=True, capture_output=True, timeout=600)
+def _gpuwatch(*commands: tuple[str, ...]) -> None:
+    """gpuwatch `commands` side by side (each builds the demo on its own); each must succeed."""
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpuwatch", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in commands
+    ]
+    for args, run in zip(commands, runs, strict=True):
+        _, stderr = run.communicate(timeout=600)
+        assert run.returncode == 0, f"gpuwatch {' '.join(args)}: {stderr}"
 
 
 def _end() -> str:
@@ -33,8 +45,10 @@ def _report(tmp_path: Path, *window: str) -> tuple[pd.DataFrame, dict[str, Any]]
     """The window's FOCUS rows (CSV) and report JSON from the CLI."""
     window = (*window, "--end", _end())
     rows, report = tmp_path / "focus.csv", tmp_path / "report.json"
-    _gpuwatch("report", "--demo", *window, "--format", "focus", "-o", str(rows))
-    _gpuwatch("report", "--demo", *window, "--format", "json", "-o", str(report))
+    _gpuwatch(
+        ("report", "--demo", *window, "--format", "focus", "-o", str(rows)),
+        ("report", "--demo", *window, "--format", "json", "-o", str(report)),
+    )
     return pd.read_csv(rows), json.loads(report.read_text())
 
 
@@ -76,7 +90,7 @@ def test_a_month_with_a_price_change_and_a_commitment(tmp_path: Path) -> None:
 def test_hourly_rows_as_parquet(tmp_path: Path) -> None:
     out = tmp_path / "focus.parquet"
     _gpuwatch(
-        "report", "--demo", "--since", "6h", "--format", "focus", "--focus-period", "hour", "-o", str(out)
+        ("report", "--demo", "--since", "6h", "--format", "focus", "--focus-period", "hour", "-o", str(out))
     )
     assert_conforms(validate(out, tmp_path))
     rows = pd.read_parquet(out)
