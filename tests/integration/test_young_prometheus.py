@@ -30,7 +30,7 @@ from tests.integration.prom import PrometheusServer
 from tests.integration.ui_server import serve_app
 
 pytestmark = pytest.mark.integration
-AGE_SECONDS = 70  # a minute and a bit: a complete 60 s sample of telemetry
+AGE_SECONDS = 80  # over a minute: the window's last 60 s sample (to a whole minute) holds telemetry
 
 
 @dataclass(frozen=True, slots=True)
