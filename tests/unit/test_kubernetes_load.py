@@ -1,7 +1,6 @@
 """The kubeconfig is loaded once at a time: the watches' threads ask for their client together, and the
 kubernetes client names its temporary CA file before it has written it."""
 
-import base64
 import threading
 import time
 import uuid
@@ -11,18 +10,12 @@ from typing import IO, Any
 import pytest
 from kubernetes.config import kube_config
 
+from gpuwatch.sim.kubeapi import write_kubeconfig
 from gpuwatch.sources.kubernetes import KubernetesSource
 
 
 def _kubeconfig(path: Path, ca_pem: bytes) -> str:
-    ca = base64.b64encode(ca_pem).decode()
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n"
-        f"    certificate-authority-data: {ca}\n"
-        "users:\n- name: u\n  user:\n    token: t\n"
-        "contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
-    )
+    write_kubeconfig(path, server_url="https://127.0.0.1:6443", token="t", ca_pem=ca_pem)
     return str(path)
 
 

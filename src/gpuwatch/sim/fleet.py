@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,9 @@ DRIVER_VERSION = "550.54.15"
 # Completed pods stay listed by the API server this long (then they are garbage-collected).
 COMPLETED_POD_TTL = timedelta(hours=1)
 ARCHETYPES = ("training", "inference", "notebook", "stuck", "batch")
+# The simulated energy model holds the whole fleet window's power and counter: up to this many
+# GPU-samples (the demo's 80 GPUs × 61 days at 1 min is 7M) it is kept on the fleet (power_energy).
+ENERGY_MODEL_MAX_GPU_SAMPLES = 20_000_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,6 +168,12 @@ class SimulatedFleet:
             return _telemetry_frame(self, 0, len(times))
         first, end = times.searchsorted([pd.Timestamp(window.start), pd.Timestamp(window.end)])
         return _telemetry_frame(self, int(first), int(end))
+
+    @cached_property
+    def power_energy(self) -> tuple[np.ndarray, np.ndarray]:
+        """power_and_energy() of the fleet's own draw (the first of rng seed + 1, which telemetry()
+        continues), made once and kept: the samples and the health events of one fleet both read it."""
+        return power_and_energy(self, np.random.default_rng(self.seed + 1))
 
     def truth(self) -> pd.DataFrame:
         """Ground truth per allocation and sample: who held how many GE of which GPU, and its util.
@@ -325,7 +335,7 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
     util = fleet.util_ratio
     n_g, n_t = util.shape
     tdp = np.array([fleet.tdp_watts.get(g.product, 300.0) for g in fleet.gpus])
-    power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + rng.normal(0, 1.0, (n_g, n_t)), 3)
+    power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + _power_noise(rng, n_g, n_t), 3)
     power = np.maximum(power, 1.0)
     first_of_uuid: dict[str, int] = {}
     for i, g in enumerate(fleet.gpus):
@@ -349,6 +359,10 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
     return power, energy
 
 
+def _power_noise(rng: np.random.Generator, n_g: int, n_t: int) -> np.ndarray:
+    return rng.normal(0, 1.0, (n_g, n_t))
+
+
 def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFrame:
     """The telemetry rows of fleet samples [first, end). Noise is drawn, and energy integrated, over the
     whole fleet window so that a slice has the values of the whole."""
@@ -363,7 +377,11 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     known_util = np.nan_to_num(util[:, cols])
     loaded = _held_mask(fleet, loaded=True)[:, cols]
     fb_used = framebuffer_used_bytes(mem[:, None], util[:, cols], held, loaded)
-    power, energy = power_and_energy(fleet, rng)
+    if util.size <= ENERGY_MODEL_MAX_GPU_SAMPLES:  # kept on the fleet: its samples read it too
+        power, energy = fleet.power_energy
+        _power_noise(rng, n_g, n_t)  # the draw power_energy made: the temperatures' noise follows it
+    else:
+        power, energy = power_and_energy(fleet, rng)
     temp_noise = rng.normal(0, 0.7, (n_g, n_t))[:, cols]
     temp = np.round(32 + 45 * known_util + temp_noise)
     xid = np.zeros(temp.shape)

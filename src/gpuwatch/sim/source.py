@@ -8,17 +8,13 @@ import pandas as pd
 from gpuwatch.core.model import Window
 from gpuwatch.core.schema import categorical_strings
 from gpuwatch.sim.fleet import (
+    ENERGY_MODEL_MAX_GPU_SAMPLES,
     EXPORTER_NAMESPACE,
     SimulatedFleet,
     framebuffer_used_bytes,
-    power_and_energy,
     sample_spans,
 )
 from gpuwatch.sources.kubernetes import ClusterState
-
-# The simulated energy model holds the whole fleet window's power and counter: up to this many
-# GPU-samples (the demo's 80 GPUs × 61 days at 1 min is 7M).
-ENERGY_MODEL_MAX_GPU_SAMPLES = 20_000_000
 
 UTIL_PROF = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 UTIL_DEV = "DCGM_FI_DEV_GPU_UTIL"
@@ -123,7 +119,6 @@ class SimulatedSource:
     def __init__(self, fleet: SimulatedFleet) -> None:
         self.fleet = fleet
         self._codes: _Codes | None = None
-        self._power_energy: tuple[np.ndarray, np.ndarray] | None = None
 
     def power_energy(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The fleet's [unit, sample] power (W) and energy counter (J), as its exporters report them;
@@ -131,10 +126,7 @@ class SimulatedSource:
         10,000 GPUs, simulated for its gpuwatch_* history alone, leaves energy out)."""
         if self.fleet.util_ratio.size > ENERGY_MODEL_MAX_GPU_SAMPLES:
             return None
-        if self._power_energy is None:
-            # The exposition's draw (telemetry()): the same rng, power first.
-            self._power_energy = power_and_energy(self.fleet, np.random.default_rng(self.fleet.seed + 1))
-        return self._power_energy
+        return self.fleet.power_energy
 
     def _fleet_codes(self) -> _Codes:
         if self._codes is None:
