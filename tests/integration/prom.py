@@ -178,18 +178,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the test process dies, however it dies (Linux)."""
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+_PRCTL: Callable[[int, int], int] | None
+try:  # looked up once here: the child between fork and exec then loads no library
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except OSError:  # not Linux
+    _PRCTL = None
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In the child before exec (Popen's preexec_fn): get SIGTERM when the thread that started it ends,
+    however the test process ends (Linux): a server a test starts stops with it."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _launch(cmd: list[str], log: IO[bytes], ready_url: str, timeout: float) -> subprocess.Popen[bytes]:
     """Start a server (dying with this process), logging to `log`, and wait until ready_url answers 200;
     a server that exits or is not ready in time raises, naming its log."""
     name = Path(cmd[3]).name  # after `timeout --kill-after=10s <lifetime>`
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.integration.prom import free_port
+from tests.integration.prom import die_with_parent, free_port
 
 USER = ("finops", "s3cret")
 Answer = tuple[int, dict[str, str], bytes]
@@ -48,6 +48,7 @@ def serve(*args: str) -> Iterator[str]:
         [sys.executable, "-m", "gpuwatch", "serve", *args, "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
     )
     url = f"http://127.0.0.1:{port}"
     try:

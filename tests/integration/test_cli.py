@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from gpuwatch.surfaces.report import json_schema
+from tests.integration.prom import die_with_parent
 
 pytestmark = pytest.mark.integration
 
@@ -111,6 +112,7 @@ def test_serve_announces_its_address_once_it_answers_there() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=die_with_parent,
     )
     try:
         assert process.stderr is not None

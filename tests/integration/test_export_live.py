@@ -17,7 +17,7 @@ from gpuwatch.sim import SimulatedFleet, build_demo_fleet
 from gpuwatch.sim.demoservice import demo_service, demo_settings
 from gpuwatch.sources import ownseries
 from gpuwatch.surfaces.exporter import ExportLoop, GpuwatchCollector
-from tests.integration.prom import PROMTOOL, PrometheusFactory, free_port
+from tests.integration.prom import PROMTOOL, PrometheusFactory, die_with_parent, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -108,6 +108,7 @@ def test_export_keeps_serving_with_prometheus_down(kubeconfig: str, tmp_path: Pa
         ],
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=die_with_parent,
     )
     try:
         # Served from the first scrape (both sources 0 until a cycle has read them), then the first cycle

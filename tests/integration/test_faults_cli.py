@@ -25,7 +25,7 @@ from gpuwatch.sim import SimulatedFleet, build_demo_fleet
 from gpuwatch.sim.kubeapi import KubeApiServer, write_kubeconfig
 from tests.integration.conftest import DEMO_METRICS
 from tests.integration.faultproxy import FaultProxy, Mode
-from tests.integration.prom import PrometheusFactory, free_port
+from tests.integration.prom import PrometheusFactory, die_with_parent, free_port
 from tests.integration.served import get, serve
 
 pytestmark = pytest.mark.integration
@@ -251,6 +251,7 @@ def _exporter(rig: Rig) -> Iterator[int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=die_with_parent,
     )
     try:
         assert process.stderr is not None
@@ -316,6 +317,7 @@ def test_the_exporter_publishes_its_own_series_before_its_first_cycle_ends(rig: 
         [sys.executable, "-m", "gpuwatch", "export", *rig.args(), "--port", str(port), "--interval", "5s"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
     )
     try:
         waited = _wait_for_up(port, {"prometheus": 0.0, "kubernetes": 1.0}, within=30)

@@ -21,6 +21,7 @@ import yaml
 
 from gpuwatch.sim import SimulatedFleet, build_demo_fleet
 from gpuwatch.sim.kubeapi import KubeApiServer
+from tests.integration.prom import die_with_parent
 
 pytestmark = pytest.mark.integration
 
@@ -208,7 +209,7 @@ def test_the_cli_serves_what_kubectl_uses(
     flags = ["--no-auth"] if auth == "no-auth" else []
     command = [sys.executable, "-m", "gpuwatch", "simulate", "kube-api", "--port", "0", *flags]
     command += ["--seed", "42", "--end", END.isoformat(), "--days", "1", "--write-kubeconfig", str(path)]
-    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent) as proc:
         try:
             assert proc.stderr is not None
             lines = [proc.stderr.readline(), proc.stderr.readline()]
