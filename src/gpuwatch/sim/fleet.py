@@ -169,11 +169,19 @@ class SimulatedFleet:
         first, end = times.searchsorted([pd.Timestamp(window.start), pd.Timestamp(window.end)])
         return _telemetry_frame(self, int(first), int(end))
 
-    @cached_property
+    @property
     def power_energy(self) -> tuple[np.ndarray, np.ndarray]:
-        """power_and_energy() of the fleet's own draw (the first of rng seed + 1, which telemetry()
-        continues), made once and kept: the samples and the health events of one fleet both read it."""
-        return power_and_energy(self, np.random.default_rng(self.seed + 1))
+        """power_and_energy() of the fleet's own draw (the first of rng seed + 1), made once and kept: the
+        samples and the health events of one fleet both read it."""
+        power, energy, _ = self._power_draw
+        return power, energy
+
+    @cached_property
+    def _power_draw(self) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
+        """power_energy, and the state of its generator after it, where telemetry() continues the draw."""
+        rng = np.random.default_rng(self.seed + 1)
+        power, energy = power_and_energy(self, rng)
+        return power, energy, rng.bit_generator.state
 
     def truth(self) -> pd.DataFrame:
         """Ground truth per allocation and sample: who held how many GE of which GPU, and its util.
@@ -335,7 +343,7 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
     util = fleet.util_ratio
     n_g, n_t = util.shape
     tdp = np.array([fleet.tdp_watts.get(g.product, 300.0) for g in fleet.gpus])
-    power = np.round(tdp[:, None] * (0.12 + 0.8 * np.nan_to_num(util)) + _power_noise(rng, n_g, n_t), 3)
+    power = np.round(tdp[:, None] * (0.12 + 0.8 * _known(util)) + rng.normal(0, 1.0, (n_g, n_t)), 3)
     power = np.maximum(power, 1.0)
     first_of_uuid: dict[str, int] = {}
     for i, g in enumerate(fleet.gpus):
@@ -359,8 +367,10 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
     return power, energy
 
 
-def _power_noise(rng: np.random.Generator, n_g: int, n_t: int) -> np.ndarray:
-    return rng.normal(0, 1.0, (n_g, n_t))
+def _known(util: np.ndarray) -> np.ndarray:
+    """Utilization with unknown (NaN) as 0, as np.nan_to_num has it (a ratio is never infinite), in a
+    fraction of its time: the demo's fleet window is millions of samples."""
+    return np.where(np.isnan(util), 0.0, util)
 
 
 def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFrame:
@@ -374,12 +384,11 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     mem = np.array([g.memory_bytes for g in fleet.gpus])
     rng = np.random.default_rng(fleet.seed + 1)
     held = _held_mask(fleet)[:, cols]
-    known_util = np.nan_to_num(util[:, cols])
+    known_util = _known(util[:, cols])
     loaded = _held_mask(fleet, loaded=True)[:, cols]
     fb_used = framebuffer_used_bytes(mem[:, None], util[:, cols], held, loaded)
     if util.size <= ENERGY_MODEL_MAX_GPU_SAMPLES:  # kept on the fleet: its samples read it too
-        power, energy = fleet.power_energy
-        _power_noise(rng, n_g, n_t)  # the draw power_energy made: the temperatures' noise follows it
+        power, energy, rng.bit_generator.state = fleet._power_draw  # the temperatures' noise follows it
     else:
         power, energy = power_and_energy(fleet, rng)
     temp_noise = rng.normal(0, 0.7, (n_g, n_t))[:, cols]
@@ -450,7 +459,7 @@ def framebuffer_used_bytes(
     """Framebuffer a unit reports: with a model loaded (any holder but a stuck one) 35 % of its memory
     plus half of it times the utilization (to the MiB); held by stuck pods only, a bare CUDA context
     (near empty: their idle GPUs are abandoned, a parked notebook's are held); free, none."""
-    model = np.round(memory_bytes * (0.35 + 0.5 * np.nan_to_num(util_ratio)) / BYTES_PER_MIB) * BYTES_PER_MIB
+    model = np.round(memory_bytes * (0.35 + 0.5 * _known(util_ratio)) / BYTES_PER_MIB) * BYTES_PER_MIB
     return np.where(loaded, model, np.where(held, CUDA_CONTEXT_BYTES, 0.0))
 
 
