@@ -49,8 +49,9 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
 
     backend is "prometheus" (the default) or "victoriametrics". Servers are shared by equal arguments
     within the session and stopped at its end. `world` names a session fleet the same in every process
-    (its seed, end, days): its backfill is then written and turned into blocks once for all the test
-    workers of the run (pytest-xdist), each of which serves its own copy.
+    (its seed, end, days) and, with `settings`, what they change: its backfill is then written and
+    turned into blocks once for all the test workers of the run (pytest-xdist) and both backends, each
+    of which serves its own copy.
     """
     worlds = _run_directory(tmp_path_factory) / "worlds"
     running: dict[
@@ -78,10 +79,6 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
             backend,
             id(settings),  # kept alive below, so no other settings take its id
         )
-        if world is not None and settings is not None:
-            raise ValueError(
-                "a shared world's gpuwatch series are the demo settings': no settings of its own"
-            )
         kept.append(settings)
         if key not in running:
             workdir = tmp_path_factory.mktemp(f"{backend}-{layout}")
@@ -94,7 +91,7 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
                 gpuwatch_series=gpuwatch_series,
                 backend=backend,
                 settings=settings,
-                cache=None if world is None else worlds / _world_key(world, *key[1:5]),
+                cache=None if world is None else worlds / _world_key(world, *key[1:5], settings),
             )
         return running[key]
 

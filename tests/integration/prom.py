@@ -77,7 +77,8 @@ def write_backfill_file(
 
     gpuwatch_series appends gpuwatch's own history (at the fleet's step, computed with `settings`, the
     demo's by default) after the DCGM families. `metrics` names DCGM families: each brings its
-    counterparts from the other vendors' exporters, for the fleet's other GPUs (AMD's MI300X pool).
+    counterparts from the other vendors' exporters, for the fleet's other GPUs (AMD's MI300X pool);
+    none (`()`) with gpuwatch_series is gpuwatch's history alone.
     """
     metrics = None if metrics is None else with_counterparts(metrics)
     began = time.perf_counter()
@@ -85,7 +86,9 @@ def write_backfill_file(
         if gpuwatch_series:
             if step_seconds not in (None, fleet.window.step_seconds):
                 raise ValueError("gpuwatch series are written at the fleet's own step")
-            samples = write_fleet_backfill(fleet, out, layout=layout, metrics=metrics, settings=settings)
+            samples = write_fleet_backfill(
+                fleet, out, layout=layout, metrics=metrics, dcgm=metrics != (), settings=settings
+            )
         else:
             samples = write_backfill(fleet, out, layout=layout, metrics=metrics, step_seconds=step_seconds)
     return BackfillStats(path, samples, path.stat().st_size, time.perf_counter() - began)

@@ -342,10 +342,11 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 
 @pytest.fixture(scope="module")
 def committed(
-    fleet: SimulatedFleet, prometheus_factory: PrometheusFactory, backend: Backend, kubeconfig: str
+    fleet: SimulatedFleet, prometheus_factory: PrometheusFactory, backend: Backend, settings: Settings
 ) -> Settings:
     """The demo's settings with 20 of the fleet's 32 H100s reserved at $3.00 (on demand $4.00) from the
-    window's tenth hour, and a Prometheus holding the gpuwatch_* history the exporter published under it."""
+    window's tenth hour, and a Prometheus holding the gpuwatch_* history the exporter published under it
+    (that history alone: the raw path reads the DCGM series the module's Prometheus holds)."""
     start = fleet.window.start + timedelta(hours=10)
     base = demo_settings()
     reserved = Commitment(start=start, end=start + timedelta(days=365), gpus=20, usd_per_gpu_hour=3.0)
@@ -354,15 +355,13 @@ def committed(
     prom = prometheus_factory(
         fleet,
         layout="servicemonitor",
-        metrics=UTIL,
+        metrics=(),
         gpuwatch_series=True,
         backend=backend,
         settings=published,
+        world="seed5-day-committed",
     )
-    where = Settings(
-        prometheus=PrometheusSettings(url=prom.url), kubernetes=KubernetesSettings(kubeconfig=kubeconfig)
-    )
-    return replace(published, prometheus=where.prometheus, kubernetes=where.kubernetes)
+    return replace(published, prometheus=PrometheusSettings(url=prom.url), kubernetes=settings.kubernetes)
 
 
 @pytest.fixture(scope="module")
@@ -371,12 +370,14 @@ def committed_history(fleet: SimulatedFleet, committed: Settings) -> Report:
 
 
 def test_committed_gpus_cost_the_same_on_both_paths(
-    fleet: SimulatedFleet, committed: Settings, analysis: Analysis, committed_history: Report
+    fleet: SimulatedFleet,
+    committed: Settings,
+    settings: Settings,
+    analysis: Analysis,
+    committed_history: Report,
 ) -> None:
-    analyses = [
-        analysis,
-        FleetService(settings=committed, sources=LiveSources(committed)).analysis(fleet.window),
-    ]
+    raw = replace(committed, prometheus=settings.prometheus)  # the DCGM series, priced under the commitment
+    analyses = [analysis, FleetService(settings=raw, sources=LiveSources(raw)).analysis(fleet.window)]
     paid = [float(usage_tables(a)["fleet_ledger"][list(STATE_USD)].sum(axis=1).iloc[0]) for a in analyses]
     # From the tenth hour the H100s' GPU-hour costs (20 × 3.00 + 12 × 4.00) / 32 = 3.375 instead of 4.00:
     # the fleet pays 14 h × 32 GPUs × 0.625 less, whatever state its GPUs were in.
