@@ -102,6 +102,12 @@ def prometheus_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
             prom.server.stop()
 
 
+@pytest.fixture(scope="session")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory where the run's test workers (pytest-xdist) make what they share once."""
+    return _run_directory(tmp_path_factory) / "worlds"
+
+
 def _run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory of this test run, which every pytest-xdist worker of it shares."""
     base = tmp_path_factory.getbasetemp()
@@ -150,6 +156,13 @@ def day_fleet() -> SimulatedFleet:
     """Seed 5, one day to 2026-11-20 at 60 s: the world of the read-path, history-path and right-size
     tests, which share its servers (world="seed5-day")."""
     return build_demo_fleet(seed=5, end=DEMO_END, days=1)
+
+
+@pytest.fixture(scope="session")
+def days_fleet() -> SimulatedFleet:
+    """Seed 5, three and a half days to 2026-11-20 at 300 s: the world of the day and namespace roll-up
+    tests, whose gpuwatch_* backfill is split once for both (rollup_variants' cache, worlds/seed5-days)."""
+    return build_demo_fleet(seed=5, end=DEMO_END, days=3.5, step_seconds=300)
 
 
 @pytest.fixture(scope="module")

@@ -372,7 +372,12 @@ Keep = Callable[[str], bool]
 
 @contextlib.contextmanager
 def rollup_variants(
-    fleet: SimulatedFleet, keeps: Mapping[str, Keep], root: Path, *, backend: Backend = "prometheus"
+    fleet: SimulatedFleet,
+    keeps: Mapping[str, Keep],
+    root: Path,
+    *,
+    backend: Backend = "prometheus",
+    cache: Path | None = None,
 ) -> Iterator[dict[str, str]]:
     """The URL of a server of `backend` per `keeps` entry, each holding the fleet's gpuwatch_* history
     (its backfill, written once) and the roll-up samples (hour:..., day:...) its test keeps; stopped on
@@ -380,32 +385,27 @@ def rollup_variants(
 
     The raw history is split off once: Prometheus servers share its blocks (hard-linked; Prometheus
     reads blocks that overlap in time) beside the blocks of their own roll-ups, so promtool reads the
-    large part of the file once, not once per server.
+    large part of the file once, not once per server. With a `cache` directory (one per fleet) the
+    backfill is split, and the raw history's blocks made, there once for every module and test worker
+    of the run that asks for the same fleet.
     """
     root.mkdir(parents=True, exist_ok=True)
-    full, raw = root / "full.om", root / "raw.om"
-    with full.open("w", encoding="utf-8") as out:
-        write_fleet_backfill(fleet, out, dcgm=False)
+    made = _split_once(fleet, cache or root / "split")
+    raw, every_rollup = made / "raw.om", made / "rollups.om"
     rollups = {name: root / f"rollups-{k}.om" for k, name in enumerate(keeps)}
     counts = dict.fromkeys(keeps, 0)
     with contextlib.ExitStack() as files:
-        raw_out = files.enter_context(raw.open("w", encoding="utf-8"))
         outs = {name: files.enter_context(path.open("w", encoding="utf-8")) for name, path in rollups.items()}
-        with full.open(encoding="utf-8") as lines:
+        with every_rollup.open(encoding="utf-8") as lines:
             for line in lines:
                 if line.startswith("#"):  # HELP, TYPE and EOF lines go to every file
-                    raw_out.write(line)
                     for out in outs.values():
                         out.write(line)
-                elif line.startswith(ROLLUP_PREFIXES):
-                    for name, keep in keeps.items():
-                        if keep(line):
-                            outs[name].write(line)
-                            counts[name] += 1
-                else:
-                    raw_out.write(line)
-    if backend == "prometheus":
-        create_blocks(raw, root / "raw-tsdb")
+                    continue
+                for name, keep in keeps.items():
+                    if keep(line):
+                        outs[name].write(line)
+                        counts[name] += 1
     started: dict[str, QueryServer] = {}
     try:
         for k, (name, path) in enumerate(rollups.items()):
@@ -414,7 +414,7 @@ def rollup_variants(
                 tsdb = workdir / "tsdb"
                 if counts[name]:
                     create_blocks(path, tsdb)
-                shutil.copytree(root / "raw-tsdb", tsdb, copy_function=os.link, dirs_exist_ok=True)
+                shutil.copytree(made / "raw-tsdb", tsdb, copy_function=os.link, dirs_exist_ok=True)
                 started[name] = PrometheusServer(tsdb).start()
             else:
                 vm = VictoriaMetricsServer(workdir / "victoria-metrics").start()
@@ -426,6 +426,35 @@ def rollup_variants(
     finally:
         for server in started.values():
             server.stop()
+
+
+def _split_once(fleet: SimulatedFleet, directory: Path) -> Path:
+    """`directory`, holding the fleet's gpuwatch_* backfill split in two, raw.om (the exporter's series)
+    and rollups.om (the roll-up rules'), and raw.om's blocks (raw-tsdb): made by the first process to get
+    there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if (directory / "made").exists():
+            return directory
+        full = directory / "full.om"
+        with full.open("w", encoding="utf-8") as out:
+            write_fleet_backfill(fleet, out, dcgm=False)
+        with (
+            full.open(encoding="utf-8") as lines,
+            (directory / "raw.om").open("w", encoding="utf-8") as raw,
+            (directory / "rollups.om").open("w", encoding="utf-8") as rollups,
+        ):
+            for line in lines:
+                if line.startswith("#"):  # HELP, TYPE and EOF lines go to both files
+                    raw.write(line)
+                    rollups.write(line)
+                else:
+                    (rollups if line.startswith(ROLLUP_PREFIXES) else raw).write(line)
+        full.unlink()
+        create_blocks(directory / "raw.om", directory / "raw-tsdb")
+        (directory / "made").touch()
+    return directory
 
 
 # -- the HTTP API, read directly ----------------------------------------------------------------

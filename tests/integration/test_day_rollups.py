@@ -9,13 +9,14 @@ as nothing.
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from gpuwatch.core.config import PrometheusSettings, Settings
 from gpuwatch.core.model import Window
 from gpuwatch.read.history import read_history
-from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources.prometheus import PrometheusSource
 from gpuwatch.sources.windowpieces import history_pieces
@@ -61,13 +62,15 @@ KEEPS: dict[str, Keep] = {
 
 @pytest.fixture(scope="module", params=("prometheus", "victoriametrics"))
 def servers(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    days_fleet: SimulatedFleet,
+    worlds: Path,
 ) -> Iterator[dict[str, str]]:
     """One server of the backend per KEEPS entry, holding the fleet's history lines it keeps."""
     backend: Backend = request.param
     root = tmp_path_factory.mktemp(f"days-{backend}")
-    fleet = build_demo_fleet(seed=5, end=END, days=3.5, step_seconds=300)
-    with rollup_variants(fleet, KEEPS, root, backend=backend) as urls:
+    with rollup_variants(days_fleet, KEEPS, root, backend=backend, cache=worlds / "seed5-days") as urls:
         yield urls
 
 

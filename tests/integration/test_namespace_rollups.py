@@ -9,6 +9,7 @@ again; and reading them touches no pod's series but where the window's ends are 
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from gpuwatch.core.config import PrometheusSettings, Settings
 from gpuwatch.core.model import Window
 from gpuwatch.read.history import NAMESPACE, WORKLOAD, read_history
-from gpuwatch.sim import build_demo_fleet
+from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sim.demoservice import demo_settings
 from gpuwatch.sources import ownseries
 from gpuwatch.sources.prometheus import PrometheusSource
@@ -60,10 +61,11 @@ KEEPS = {
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def servers(
+    tmp_path_factory: pytest.TempPathFactory, days_fleet: SimulatedFleet, worlds: Path
+) -> Iterator[dict[str, str]]:
     root = tmp_path_factory.mktemp("namespace-rollups")
-    fleet = build_demo_fleet(seed=5, end=END, days=3.5, step_seconds=300)
-    with rollup_variants(fleet, KEEPS, root) as urls:
+    with rollup_variants(days_fleet, KEEPS, root, cache=worlds / "seed5-days") as urls:
         yield urls
 
 
