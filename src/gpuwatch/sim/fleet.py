@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -177,7 +178,7 @@ class SimulatedFleet:
         return power, energy
 
     @cached_property
-    def _power_draw(self) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
+    def _power_draw(self) -> tuple[np.ndarray, np.ndarray, Mapping[str, Any]]:
         """power_energy, and the state of its generator after it, where telemetry() continues the draw."""
         rng = np.random.default_rng(self.seed + 1)
         power, energy = power_and_energy(self, rng)
