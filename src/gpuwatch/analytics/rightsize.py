@@ -326,31 +326,28 @@ def recommend(
     target_usd_per_hour = np.where(cheaper, best, current)
     savings = np.where(known, (current - target_usd_per_hour) * held_ratio * HOURS_PER_MONTH, math.nan)
 
-    kind: list[str] = []
-    target: list[str] = []
-    target_ge = np.full(n, math.nan)
-    reason: list[str] = []
-    for i in range(n):
-        if not known[i]:
-            kind.append(UNKNOWN)
-            target.append("")
-            reason.append(why_unknown[i])
-            continue
-        need = f"p95 compute {p95[i]:.2f} GPU and peak memory {_gib(peak[i], 1)} GiB"
+    # Each row's words, from Python lists: formatting numpy scalars one by one costs several times more.
+    headroom_text = _percent(headroom)
+    kind, target, reason = [UNKNOWN] * n, [""] * n, list(why_unknown)
+    target_ge = np.where(known, gpus, math.nan)  # keep's; a change's below
+    notes = [
+        "" if not np.isnan(pool_fb[code]) else f"; the framebuffer of {pool} is unknown"
+        for code, pool in enumerate(pool_names)
+    ]
+    gpus_of, p95_of, peak_of, code_of = gpus.tolist(), p95.tolist(), peak.tolist(), codes.tolist()
+    labels = {g: _ge_label(g) for g in set(gpus[known].tolist())}
+    changed = cheaper.tolist()
+    for i in np.flatnonzero(known).tolist():
+        need = f"p95 compute {p95_of[i]:.2f} GPU and peak memory {_gib(peak_of[i], 1)} GiB"
         fit = chosen[i]
-        if cheaper[i] and fit is not None:
-            kind.append(fit.kind)
-            target.append(fit.target)
-            target_ge[i] = fit.ge
-            reason.append(f"{need} fit {fit.target} ({fit.detail}) with {_percent(headroom)} headroom")
+        if changed[i] and fit is not None:
+            kind[i], target[i], target_ge[i] = fit.kind, fit.target, fit.ge
+            reason[i] = f"{need} fit {fit.target} ({fit.detail}) with {headroom_text} headroom"
         else:
-            kind.append(KEEP)
-            target.append("")
-            target_ge[i] = gpus[i]
-            note = "" if not np.isnan(fb[i]) else f"; the framebuffer of {pool_names[codes[i]]} is unknown"
-            reason.append(
-                f"{need} with {_percent(headroom)} headroom: {_ge_label(gpus[i])} is already "
-                f"the smallest fit{note}"
+            kind[i] = KEEP
+            reason[i] = (
+                f"{need} with {headroom_text} headroom: {labels[gpus_of[i]]} is already "
+                f"the smallest fit{notes[code_of[i]]}"
             )
     out = workloads.assign(
         recommendation_kind=pd.Series(kind, index=workloads.index, dtype="str"),
@@ -380,33 +377,42 @@ def _unknown_reasons(
     """Per row, why there is no recommendation ("" when there is one): the first failing check."""
     gpus = workloads["gpus"].to_numpy(dtype=np.float64)
     hours = workloads["allocated_gpu_hours"].to_numpy(dtype=np.float64)
+    telemetry = workloads["telemetry_ratio"].to_numpy(dtype=np.float64)
     p95_unknown = workloads["p95_busy_ge"].isna().to_numpy()
     peak_unknown = workloads["peak_fb_bytes"].isna().to_numpy()
-    telemetry = workloads["telemetry_ratio"].to_numpy(dtype=np.float64)
-    needs_telemetry = _percent(params.min_telemetry_ratio)
-    reasons: list[str] = []
     # Sums of GE-hours and shares come out a hair off in float arithmetic (1.0 GPU-hour as 0.9999999999):
-    # within EPSILON_GE of a threshold is at it.
-    for i in range(len(workloads)):
-        if not telemetry[i] >= params.min_telemetry_ratio - EPSILON_GE:
-            share = "no" if np.isnan(telemetry[i]) else f"only {_percent(telemetry[i])} of"
-            reasons.append(f"{share} samples had utilization telemetry (needs {needs_telemetry})")
-        elif not hours[i] >= params.min_allocated_gpu_hours * (1.0 - EPSILON_GE):
-            reasons.append(
-                f"held only {hours[i]:.2f} GPU-hours in the window (needs {params.min_allocated_gpu_hours:g})"
-            )
-        elif p95_unknown[i] and peak_unknown[i]:
-            reasons.append("p95 compute and peak framebuffer memory are unknown")
-        elif p95_unknown[i]:
-            reasons.append("p95 compute is unknown")
-        elif peak_unknown[i]:
-            reasons.append("peak framebuffer memory is unknown")
-        elif not gpus[i] > 0:
-            reasons.append("holds no GPUs")
-        elif np.isnan(price[i]):
-            reasons.append(f"no price for pool {pool_names[codes[i]] or '(none)'}")
+    # within EPSILON_GE of a threshold is at it. NaN fails every check it meets.
+    checks = [
+        ~(telemetry >= params.min_telemetry_ratio - EPSILON_GE),
+        ~(hours >= params.min_allocated_gpu_hours * (1.0 - EPSILON_GE)),
+        p95_unknown & peak_unknown,
+        p95_unknown,
+        peak_unknown,
+        ~(gpus > 0),
+        np.isnan(price),
+    ]
+    failed = np.select(checks, list(range(1, len(checks) + 1)), 0)  # the first failing check; 0: none
+    needs_telemetry = _percent(params.min_telemetry_ratio)
+    fixed = {
+        3: "p95 compute and peak framebuffer memory are unknown",
+        4: "p95 compute is unknown",
+        5: "peak framebuffer memory is unknown",
+        6: "holds no GPUs",
+    }
+    no_price = [f"no price for pool {pool or '(none)'}" for pool in pool_names]
+    telemetry_of, hours_of, code_of = telemetry.tolist(), hours.tolist(), codes.tolist()
+    few_hours = f"GPU-hours in the window (needs {params.min_allocated_gpu_hours:g})"
+    reasons = [""] * len(failed)
+    rows = np.flatnonzero(failed)
+    for i, check in zip(rows.tolist(), failed[rows].tolist(), strict=True):
+        if check == 1:
+            ratio = telemetry_of[i]
+            share = "no" if math.isnan(ratio) else f"only {_percent(ratio)} of"
+            reasons[i] = f"{share} samples had utilization telemetry (needs {needs_telemetry})"
+        elif check == 2:
+            reasons[i] = f"held only {hours_of[i]:.2f} {few_hours}"
         else:
-            reasons.append("")
+            reasons[i] = no_price[code_of[i]] if check == 7 else fixed[check]
     return reasons
 
 
