@@ -231,8 +231,10 @@ def test_too_little_evidence_gives_no_recommendation_and_says_why() -> None:
             ("no-fb", A100, 1, 720, 0.1, math.nan, 0.9),
             ("neither", A100, 1, 720, math.nan, math.nan, 0.9),
             ("unpriced", "WEIRD-GPU", 1, 720, 0.1, 5, 0.9),
+            ("released", A100, 0, 720, 0.1, 5, 0.9),
+            ("blind-brief", "WEIRD-GPU", 1, 0.5, math.nan, 5, 0.31),  # the first failing check says why
         ],
-        index=[10, 11, 12, 13, 14, 15, 16],
+        index=[10, 11, 12, 13, 14, 15, 16, 17, 18],
     )
     got = recommend(frame, usd_per_gpu_hour=PRICES, window_hours=WINDOW_HOURS)
     reasons = [
@@ -243,6 +245,8 @@ def test_too_little_evidence_gives_no_recommendation_and_says_why() -> None:
         "peak framebuffer memory is unknown",
         "p95 compute and peak framebuffer memory are unknown",
         "no price for pool WEIRD-GPU",
+        "holds no GPUs",
+        "only 31% of samples had utilization telemetry (needs 50%)",
     ]
     assert_frame_equal(got, expected(frame, [("unknown", "", math.nan, math.nan, r) for r in reasons]))
 
