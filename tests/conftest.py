@@ -4,20 +4,23 @@ a module's tests run in one worker, sharing its fixtures, modules in the order o
 Modules that take minutes go first, longest first, so that no worker starts one while the other has
 nothing left to do; the rest follow in their usual order. The list is a scheduling hint only: a module
 missing from it, or named there after a rename, runs all the same.
+
+The modules that read one world (SHARED_WORLDS) run in one worker, one after the other: the servers
+holding that world (a Prometheus and a VictoriaMetrics) start once for all of them, not once per module.
 """
+
+from typing import Any
 
 import pytest
 
 LONGEST_FIRST = (
-    "test_read_paths",
+    "test_read_paths",  # with test_history_path and test_rightsize_reads (SHARED_WORLDS)
     "test_faults_cli",
     "test_day_rollups",
-    "test_history_path",  # after another: the world it shares with test_read_paths is made by then
     "test_ui_faults",
     "test_young_prometheus",
     "test_focus",
     "test_clusters",
-    "test_rightsize_reads",
     "test_ui_demo",
     "test_namespace_rollups",
     "test_duplicate_publishers",
@@ -38,3 +41,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return order.get(item.module.__name__ if item.module else "", len(order))
 
     items.sort(key=rank)  # stable: each module's tests keep their order
+
+
+# module -> the world it shares: one work unit of pytest-xdist for all the modules of a world.
+SHARED_WORLDS = {
+    f"tests/integration/{name}.py": "seed5-day"
+    for name in ("test_read_paths", "test_history_path", "test_rightsize_reads")
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadscope, with the modules of a shared world as one scope; other modes as pytest-xdist has
+    them."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorldScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_WORLDS.get(module) or super()._split_scope(nodeid)
+
+    return WorldScopes(config, log)
