@@ -137,10 +137,10 @@ def test_gunicorn_s_app_module_serves_the_two_cluster_demo_when_no_prometheus_is
 
 
 def test_demo_report_from_the_cli_validates_against_the_schema_over_the_window_asked_for() -> None:
-    # A week ending an hour before the demo's (the current hour's) end, named by --since and --until.
+    # Two days ending an hour before the demo's (the current hour's) end, named by --since and --until.
     until = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
-    start, end = ((until - timedelta(days=k)).strftime("%Y-%m-%dT%H:%M:%SZ") for k in (7, 0))
-    window = ("--since", "7d", "--until", end)
+    start, end = ((until - timedelta(days=k)).strftime("%Y-%m-%dT%H:%M:%SZ") for k in (2, 0))
+    window = ("--since", "2d", "--until", end)
     result = subprocess.run(
         [sys.executable, "-m", "gpuwatch", "report", "--demo", "--format", "json", *window],
         capture_output=True,

@@ -181,9 +181,10 @@ def test_report_names_the_fault_in_one_line_within_the_timeout_and_works_again(
     assert len(lines) == 1 and lines[0].startswith("gpuwatch: error: "), failed.stderr
     _expect_said(lines[0], source, fault, rig.url(source))
     assert failed.stdout == ""  # no number is invented
-    again, _ = _report(rig)  # the proxy relays again
-    assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["fleet"] == baseline["fleet"]
+    if fault == "hang":  # a one-shot command keeps nothing from a failed run: once per source suffices
+        again, _ = _report(rig)  # the proxy relays again
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["fleet"] == baseline["fleet"]
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=CELL_IDS)
