@@ -518,6 +518,7 @@ def test_a_source_failing_while_a_page_draws_is_its_banner_and_the_rest_stays(
     assert "Data source failing" in text and "no answer within 60s" in text
     assert rest == [no_update] * 3
     assert drawn["incomplete"] is True
-    assert [r.getMessage() for r in caplog.records] == [
+    # gpuwatch's own records: a watch another test left behind may log its retries meanwhile.
+    assert [r.getMessage() for r in caplog.records if r.name == "gpuwatch.ui.data"] == [
         "gpuwatch UI: source failing: prometheus at http://prometheus:9090 unreachable: no answer within 60s"
     ]
