@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, Self
 
+import numpy as np
 import requests
 
 from gpuwatch.core.config import Settings
@@ -142,37 +143,80 @@ BLOCK_SECONDS = 2 * 3600
 
 def _split_by_block(openmetrics: Path, directory: Path) -> list[Path]:
     """The file's samples as one OpenMetrics file per epoch-aligned 2 h block, each family's HELP/TYPE
-    lines before its first sample in every piece, each piece ending in # EOF."""
+    lines before its first sample in every piece, each piece ending in # EOF.
+
+    Line by line in numpy, not in Python: the file is written series by series, each in time order, so
+    its lines fall into runs of one block each, and a run is copied at once."""
     directory.mkdir(parents=True, exist_ok=True)
-    pieces: dict[int, IO[str]] = {}
+    pieces: dict[int, IO[bytes]] = {}
     headed: dict[int, int] = {}  # block -> the family whose header it last wrote
-    header: list[str] = []
+    header: list[bytes] = []
     family = 0
     try:
-        with openmetrics.open(encoding="utf-8") as lines:
-            for line in lines:
-                if line.startswith("#"):
-                    if line.startswith("# EOF"):
+        for data, starts, ends in _line_chunks(openmetrics):
+            first_byte = np.frombuffer(data, np.uint8)[starts]
+            comment = (first_byte == ord("#")) & (ends > starts)
+            block = np.full(len(ends), -1, dtype=np.int64)  # a comment line: its own run
+            sample = ~comment & (ends > starts)  # blank lines: -2, skipped
+            block[~comment & ~sample] = -2
+            block[sample] = _epoch_seconds(data, ends[sample]) // BLOCK_SECONDS
+            runs = np.flatnonzero(np.r_[True, (block[1:] != block[:-1]) | comment[1:]])
+            for first, last in zip(runs.tolist(), [*runs[1:].tolist(), len(ends)], strict=True):
+                text = data[starts[first] : ends[last - 1] + 1]
+                if block[first] == -1:
+                    if text.startswith(b"# EOF"):
                         continue
-                    if not header or header[-1].split(" ", 3)[2] != line.split(" ", 3)[2]:
+                    if not header or header[-1].split(b" ", 3)[2] != text.split(b" ", 3)[2]:
                         header, family = [], family + 1
-                    header.append(line)
-                    continue
-                if not line.strip():
-                    continue
-                block = int(float(line.rsplit(" ", 1)[1]) // BLOCK_SECONDS)
-                out = pieces.get(block)
-                if out is None:
-                    out = pieces[block] = (directory / f"{block}.om").open("w", encoding="utf-8")
-                if headed.get(block) != family:
-                    out.writelines(header)
-                    headed[block] = family
-                out.write(line)
+                    header.append(text)
+                elif block[first] >= 0:
+                    at = int(block[first])
+                    out = pieces.get(at)
+                    if out is None:
+                        out = pieces[at] = (directory / f"{at}.om").open("wb")
+                    if headed.get(at) != family:
+                        out.writelines(header)
+                        headed[at] = family
+                    out.write(text)
     finally:
         for out in pieces.values():
-            out.write("# EOF\n")
+            out.write(b"# EOF\n")
             out.close()
     return [directory / f"{block}.om" for block in sorted(pieces)]
+
+
+def _line_chunks(path: Path, chunk_bytes: int = 16 << 20) -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
+    """The file in pieces of whole lines: (bytes, each line's first offset, each line's newline offset)."""
+    with path.open("rb") as lines:
+        rest = b""
+        while piece := lines.read(chunk_bytes):
+            data = rest + piece
+            cut = data.rfind(b"\n") + 1
+            data, rest = data[:cut], data[cut:]
+            if data:
+                ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n"))
+                yield data, np.r_[0, ends[:-1] + 1], ends
+        if rest:
+            raise ValueError(f"{path}: the last line has no newline")
+
+
+def _epoch_seconds(data: bytes, ends: np.ndarray) -> np.ndarray:
+    """The whole epoch seconds of the sample lines ending at `ends`: the digits of each line's last field
+    (its timestamp) up to its decimal point, if it has one."""
+    text = np.frombuffer(data, np.uint8)
+    spaces, points = np.flatnonzero(text == ord(" ")), np.flatnonzero(text == ord("."))
+    field = spaces[np.searchsorted(spaces, ends) - 1] + 1  # after the line's last space
+    point = points[np.maximum(np.searchsorted(points, ends) - 1, 0)] if len(points) else ends
+    whole_end = np.where((point >= field) & (point < ends), point, ends)
+    seconds = np.zeros(len(ends), dtype=np.int64)
+    for k in range(int((whole_end - field).max(initial=0))):
+        at = field + k
+        inside = at < whole_end
+        digit = text[np.where(inside, at, 0)].astype(np.int64) - ord("0")
+        if ((digit < 0) | (digit > 9))[inside].any():
+            raise ValueError("a sample's timestamp is not epoch seconds")
+        seconds = np.where(inside, seconds * 10 + digit, seconds)
+    return seconds
 
 
 def free_port() -> int:

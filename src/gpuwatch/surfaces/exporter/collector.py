@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
+import pandas as pd
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -162,7 +164,7 @@ class GpuwatchCollector(Collector):
         at = result.families_at if result.stale else None
         for family in result.families:
             gauge = self._gauge(family.name, family.help, list(family.labels))
-            labels = family.samples[list(family.labels)].astype("str").to_numpy().tolist()
+            labels = zip(*(_strings(family.samples[label]) for label in family.labels), strict=True)
             for values, value in zip(labels, family.samples["value"].to_numpy(), strict=True):
                 gauge.add_metric([*values, *stamped], float(value), timestamp=at)
             yield gauge
@@ -182,6 +184,15 @@ class GpuwatchCollector(Collector):
         )
         duration.add_metric(stamped, result.duration_seconds)
         yield duration
+
+
+def _strings(column: pd.Series) -> np.ndarray:
+    """A label column's values as str, as astype("str") has them ("nan" where missing); a categorical's
+    categories are converted once, not every row (every scrape renders every series)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        categories = column.cat.categories.astype("str").to_numpy(dtype=object)
+        return np.append(categories, "nan")[column.cat.codes.to_numpy()]  # code -1: missing
+    return column.astype("str").to_numpy(dtype=object)
 
 
 def serve_exporter(
