@@ -5,17 +5,20 @@ BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBIAN_KUBECTL := $(VENV)/kubernetes-client/usr/bin/kubectl
 # Python keeps each module it compiles (__pycache__): where the environment turns that off, each of the
-# hundreds of processes the tests start would compile gpuwatch and the test modules again.
+# hundreds of processes the tests start would compile gpuwatch and the test modules again. So pip installs
+# with --no-compile: it would compile every module of every package (plotly's and the Kubernetes client's
+# thousands), half of a fresh install's time, where the first import compiles the few hundred used.
 unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL = pip install --quiet --no-compile
 
 .PHONY: demo test check install test-deps lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/$(PIP_INSTALL) --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/$(PIP_INSTALL) -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -85,7 +88,7 @@ focus-validator: $(FOCUS_VENV)/.installed
 $(FOCUS_VENV)/.installed:
 	@test -n "$(FOCUS_PYTHON)" || { echo "focus-validator needs Python >= 3.12 and none was found"; exit 1; }
 	$(FOCUS_PYTHON) -m venv $(FOCUS_VENV)
-	$(FOCUS_VENV)/bin/pip install --quiet 'focus-validator==2.2.1' 'pyarrow<18'
+	$(FOCUS_VENV)/bin/$(PIP_INSTALL) 'focus-validator==2.2.1' 'pyarrow<18'
 	touch $@
 
 # Prometheus rules: syntax (promtool check) and unit tests (promtool test), alerts/tests/*.yml.
