@@ -145,8 +145,8 @@ def _split_by_block(openmetrics: Path, directory: Path) -> list[Path]:
     """The file's samples as one OpenMetrics file per epoch-aligned 2 h block, each family's HELP/TYPE
     lines before its first sample in every piece, each piece ending in # EOF.
 
-    Line by line in numpy, not in Python: the file is written series by series, each in time order, so
-    its lines fall into runs of one block each, and a run is copied at once."""
+    Lines are sorted into blocks by numpy, not one by one in Python: the file is written series by
+    series, each in time order, so its lines fall into runs of one block, and a run is copied at once."""
     directory.mkdir(parents=True, exist_ok=True)
     pieces: dict[int, IO[bytes]] = {}
     headed: dict[int, int] = {}  # block -> the family whose header it last wrote
@@ -156,9 +156,9 @@ def _split_by_block(openmetrics: Path, directory: Path) -> list[Path]:
         for data, starts, ends in _line_chunks(openmetrics):
             first_byte = np.frombuffer(data, np.uint8)[starts]
             comment = (first_byte == ord("#")) & (ends > starts)
-            block = np.full(len(ends), -1, dtype=np.int64)  # a comment line: its own run
-            sample = ~comment & (ends > starts)  # blank lines: -2, skipped
-            block[~comment & ~sample] = -2
+            sample = ~comment & (ends > starts)
+            block = np.full(len(ends), -1, dtype=np.int64)  # -1: a comment line (a run of its own)
+            block[~comment & ~sample] = -2  # a blank line, skipped
             block[sample] = _epoch_seconds(data, ends[sample]) // BLOCK_SECONDS
             runs = np.flatnonzero(np.r_[True, (block[1:] != block[:-1]) | comment[1:]])
             for first, last in zip(runs.tolist(), [*runs[1:].tolist(), len(ends)], strict=True):
