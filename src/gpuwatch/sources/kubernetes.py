@@ -8,12 +8,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from gpuwatch.core.errors import ConfigError, DataError, KubernetesError
 from gpuwatch.core.model import (
@@ -39,6 +36,9 @@ from gpuwatch.core.model import (
 from gpuwatch.core.units import BYTES_PER_MIB, parse_quantity
 from gpuwatch.sources.dcgm import EXPORTER_CONTAINERS
 from gpuwatch.sources.deadline import Deadline, DeadlineError, InFlight, read_body, socket_of
+
+if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
 
 JsonObject = dict[str, Any]
 # The core/v1 collections read, by kind: requested through the client's ApiClient rather than CoreV1Api,
@@ -134,7 +134,7 @@ class KubernetesSource:
         response = api.call_api(*request, _request_timeout=(left, left))
         if not 200 <= response.status <= 299:
             response.read()
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
+            raise _api_exception().from_response(http_resp=response, body=None, data=None)
         return response.response
 
     def _read(self, kind: str, query: Mapping[str, Any]) -> bytes:
@@ -173,7 +173,7 @@ class KubernetesSource:
             return items, restarts
         except KubernetesError as e:
             cause = e.__cause__
-            if isinstance(cause, ApiException) and cause.status == 404:
+            if isinstance(cause, _api_exception()) and cause.status == 404:
                 return None
             raise
 
@@ -206,7 +206,7 @@ class KubernetesSource:
             query = {"limit": self.page_size, "continue": token, "fieldSelector": field_selector}
             try:
                 body = json.loads(self._read(kind, query))
-            except ApiException as e:
+            except _api_exception() as e:
                 if e.status == 410 and token:
                     raise _ExpiredError from e
                 raise _api_error(e, kind, needs) from e
@@ -244,7 +244,7 @@ class KubernetesSource:
             }
             with self.reads.track():  # until the watch is open: then it streams as long as it lasts
                 response = self._get(kind, query, Deadline(self.timeout_seconds))
-        except ApiException as e:
+        except _api_exception() as e:
             raise _api_error(e, kind, needs) from e
         except (urllib3.exceptions.HTTPError, OSError, DeadlineError) as e:
             raise self._unreachable(e) from e
@@ -270,7 +270,7 @@ class KubernetesSource:
         """None if a one-item list of `kind` works, else the one-line reason (for `gpuwatch check`)."""
         try:
             self._read(kind, {"limit": 1})
-        except ApiException as e:
+        except _api_exception() as e:
             return str(_api_error(e, kind))
         except (urllib3.exceptions.HTTPError, OSError, DeadlineError) as e:
             return str(self._unreachable(e))
@@ -413,7 +413,19 @@ class _Problems:
 _LOADING = threading.Lock()
 
 
+def _api_exception() -> "type[ApiException]":
+    """The client's ApiException, imported with the client when first asked for: the client's packages
+    take a fifth of a second to import, which a command that reads no cluster (the demo, the simulator)
+    does not pay."""
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
 def _load_api_client(kubeconfig: str | None, context: str | None) -> Any:
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = client.Configuration()
     # A refused connection is tried twice more; a read that times out is not tried again (urllib3's
     # default would send it three more times, each waiting the whole timeout).
@@ -438,7 +450,7 @@ def _load_api_client(kubeconfig: str | None, context: str | None) -> Any:
         raise ConfigError(f"kubernetes: cannot read kubeconfig {kubeconfig}: {e.strerror}") from e
 
 
-def _api_error(e: ApiException, kind: str, needs: str = "") -> KubernetesError:
+def _api_error(e: "ApiException", kind: str, needs: str = "") -> KubernetesError:
     """One line for a failed request of `kind` (a core kind or a collection path); a 403 names the RBAC
     gpuwatch `needs` (default: its core kinds', or get/list/watch on a custom resource's collection)."""
     message = ""
