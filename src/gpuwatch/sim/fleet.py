@@ -115,6 +115,11 @@ class SimulatedFleet:
     def now(self) -> datetime:
         return self.window.end
 
+    @cached_property
+    def allocation_spans(self) -> list[tuple[int, int]]:
+        """sample_spans() of the fleet's allocations, made once: the telemetry of every slice reads them."""
+        return sample_spans(self, self.allocations)
+
     def sample_times(self) -> pd.DatetimeIndex:
         return pd.date_range(
             self.window.start, periods=self.window.n_samples, freq=f"{self.window.step_seconds}s"
@@ -123,8 +128,12 @@ class SimulatedFleet:
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
 
+    @cached_property
+    def _namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        return {n.name: n.labels for n in reversed(self.namespaces)}  # the first of a name, as next() had
+
     def team_of(self, pod: Pod) -> str:
-        ns_labels = next((n.labels for n in self.namespaces if n.name == pod.namespace), {})
+        ns_labels = self._namespace_labels.get(pod.namespace, {})
         return self.team_rules.team_of(
             namespace=pod.namespace, pod_labels=pod.labels, namespace_labels=ns_labels
         )
@@ -308,7 +317,7 @@ def _draw_utilization(rng: np.random.Generator, fleet: SimulatedFleet) -> np.nda
     l4 = [i for i, g in enumerate(fleet.gpus) if g.node.startswith("gpu-l4-") and g.index == 3]
     if l4:
         lo, hi = int(n * 0.3), int(n * 0.35)
-        free = ~_held_mask(fleet)[l4[0], lo:hi]
+        free = ~_held_mask(fleet, first=lo, end=hi)[l4[0]]
         util[l4[0], lo:hi] = np.where(free, 0.5, util[l4[0], lo:hi])
     np.round(util, 6, out=util)
     util[fleet.missing_mask()] = np.nan
@@ -344,14 +353,21 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
     util = fleet.util_ratio
     n_g, n_t = util.shape
     tdp = np.array([fleet.tdp_watts.get(g.product, 300.0) for g in fleet.gpus])
-    # tdp * (0.12 + 0.8 * util) + noise, in place: the demo's fleet window is millions of samples.
-    power = _known(util)
-    power *= 0.8
-    power += 0.12
-    power *= tdp[:, None]
-    power += rng.normal(0, 1.0, (n_g, n_t))
-    np.round(power, 3, out=power)
-    np.maximum(power, 1.0, out=power)
+    # A few GPUs' rows at a time: the demo's fleet window is millions of samples, and each temporary of
+    # the whole window is memory the kernel hands out afresh. The noise is drawn in the same order
+    # (row after row) as one draw of the whole.
+    rows = _chunk_rows(n_t)
+    power = np.empty((n_g, n_t))
+    for first in range(0, n_g, rows):
+        chunk = slice(first, first + rows)
+        p = power[chunk]
+        np.copyto(p, _known(util[chunk]))  # tdp * (0.12 + 0.8 * util) + noise, in place
+        p *= 0.8
+        p += 0.12
+        p *= tdp[chunk, None]
+        p += rng.normal(0, 1.0, p.shape)
+        np.round(p, 3, out=p)
+        np.maximum(p, 1.0, out=p)
     first_of_uuid: dict[str, int] = {}
     for i, g in enumerate(fleet.gpus):
         j = first_of_uuid.setdefault(g.uuid, i)
@@ -359,22 +375,31 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
             power[i] = power[j]
     if any(g.mig_profile for g in fleet.gpus):
         for uuid, j in first_of_uuid.items():
-            rows = [i for i, g in enumerate(fleet.gpus) if g.uuid == uuid]
-            if len(rows) > 1:
-                util_sum = np.nansum(util[rows], axis=0)
+            same = [i for i, g in enumerate(fleet.gpus) if g.uuid == uuid]
+            if len(same) > 1:
+                util_sum = np.nansum(util[same], axis=0)
                 p = np.round(tdp[j] * (0.12 + 0.8 * np.clip(util_sum, 0, 1)), 3)
-                for r in rows:
+                for r in same:
                     power[r] = p
-    # Each row's running sum, over the transpose: numpy sums along the first axis several times faster.
-    energy = np.cumsum((power * fleet.window.step_seconds).T, axis=0).T
-    np.round(energy, out=energy)
-    energy += 1.0e6
+    energy = np.empty((n_g, n_t))
+    for first in range(0, n_g, rows):
+        chunk = slice(first, first + rows)
+        # Each row's running sum, over the transpose: numpy sums along the first axis several times faster.
+        e = np.cumsum((power[chunk] * fleet.window.step_seconds).T, axis=0).T
+        np.round(e, out=e)
+        e += 1.0e6
+        energy[chunk] = e
     reset_node = next((n.name for n in fleet.nodes if n.name.startswith("gpu-h100-")), None)
     if reset_node:
         cut = n_t // 2
         on_node = np.array([g.node == reset_node for g in fleet.gpus])
         energy[on_node, cut:] -= energy[on_node, cut - 1][:, None]  # driver reload: the counter restarts
     return power, energy
+
+
+def _chunk_rows(n_samples: int, elements: int = 1 << 20) -> int:
+    """How many [gpu, sample] rows of `n_samples` make about `elements` values (8 MB of floats)."""
+    return max(1, elements // max(n_samples, 1))
 
 
 def _known(util: np.ndarray) -> np.ndarray:
@@ -393,15 +418,20 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     util = fleet.util_ratio
     mem = np.array([g.memory_bytes for g in fleet.gpus])
     rng = np.random.default_rng(fleet.seed + 1)
-    held = _held_mask(fleet)[:, cols]
+    held = _held_mask(fleet, first=first, end=end)
     known_util = _known(util[:, cols])
-    loaded = _held_mask(fleet, loaded=True)[:, cols]
+    loaded = _held_mask(fleet, loaded=True, first=first, end=end)
     fb_used = framebuffer_used_bytes(mem[:, None], util[:, cols], held, loaded)
     if util.size <= ENERGY_MODEL_MAX_GPU_SAMPLES:  # kept on the fleet: its samples read it too
         power, energy, rng.bit_generator.state = fleet._power_draw  # the temperatures' noise follows it
     else:
         power, energy = power_and_energy(fleet, rng)
-    temp_noise = rng.normal(0, 0.7, (n_g, n_t))[:, cols]
+    # The noise of the whole window, as one draw of it has it, kept for the slice only: a few rows at a time.
+    temp_noise = np.empty((n_g, end - first))
+    rows = _chunk_rows(n_t)
+    for row in range(0, n_g, rows):
+        drawn = rng.normal(0, 0.7, (min(rows, n_g - row), n_t))
+        temp_noise[row : row + rows] = drawn[:, cols]
     temp = np.round(32 + 45 * known_util + temp_noise)
     xid = np.zeros(temp.shape)
     remap = np.zeros(temp.shape)
@@ -446,16 +476,19 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
     return frame.loc[present].reset_index(drop=True)
 
 
-def _held_mask(fleet: SimulatedFleet, *, loaded: bool = False) -> np.ndarray:
+def _held_mask(
+    fleet: SimulatedFleet, *, loaded: bool = False, first: int = 0, end: int | None = None
+) -> np.ndarray:
     """[gpu, sample] True where a pod holds the unit (loaded: a pod that keeps a model in memory, i.e.
-    any archetype but stuck)."""
-    n = fleet.window.n_samples
-    held = np.zeros((len(fleet.gpus), n), dtype=bool)
+    any archetype but stuck), for the fleet's samples [first, end) (default: all)."""
+    end = fleet.window.n_samples if end is None else end
+    held = np.zeros((len(fleet.gpus), end - first), dtype=bool)
     index = {(g.uuid, g.gpu_instance_id): i for i, g in enumerate(fleet.gpus)}
-    for a, (i0, i1) in zip(fleet.allocations, sample_spans(fleet, fleet.allocations), strict=True):
-        if loaded and fleet.archetypes.get(f"{a.namespace}/{a.pod}") == "stuck":
+    for a, (i0, i1) in zip(fleet.allocations, fleet.allocation_spans, strict=True):
+        lo, hi = max(i0, first), min(i1, end)
+        if hi <= lo or (loaded and fleet.archetypes.get(f"{a.namespace}/{a.pod}") == "stuck"):
             continue
-        held[index[(a.uuid, a.gpu_instance_id)], i0:i1] = True
+        held[index[(a.uuid, a.gpu_instance_id)], lo - first : hi - first] = True
     return held
 
 
@@ -493,7 +526,7 @@ def _truth_frame(fleet: SimulatedFleet) -> pd.DataFrame:
     pods = {(p.namespace, p.name): p for p in fleet.pods}
     node_pool = {n.name: n.pool for n in fleet.nodes}
     parts = []
-    for a, (i0, i1) in zip(fleet.allocations, sample_spans(fleet, fleet.allocations), strict=True):
+    for a, (i0, i1) in zip(fleet.allocations, fleet.allocation_spans, strict=True):
         if i1 <= i0:
             continue
         row = index[(a.uuid, a.gpu_instance_id)]

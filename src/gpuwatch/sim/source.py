@@ -12,7 +12,6 @@ from gpuwatch.sim.fleet import (
     EXPORTER_NAMESPACE,
     SimulatedFleet,
     framebuffer_used_bytes,
-    sample_spans,
 )
 from gpuwatch.sources.kubernetes import ClusterState
 
@@ -48,7 +47,7 @@ def _fleet_codes(fleet: SimulatedFleet) -> _Codes:
     ]
     table = sorted(set(keys))
     position = {key: i for i, key in enumerate(table)}
-    spans = np.array(sample_spans(fleet, fleet.allocations), dtype=np.int64).reshape(-1, 2)
+    spans = np.array(fleet.allocation_spans, dtype=np.int64).reshape(-1, 2)
     return _Codes(
         units={
             "node": [g.node for g in fleet.gpus],

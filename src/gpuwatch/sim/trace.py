@@ -23,7 +23,6 @@ from gpuwatch.sim.fleet import (
     _quotas,
     _uid,
     gpu_uuid,
-    sample_spans,
 )
 from gpuwatch.sim.openb import MILLI_PER_GPU, OpenbTrace, load_openb
 
@@ -491,7 +490,7 @@ def summary(fleet: SimulatedFleet) -> dict[str, int | float]:
     gpu_pods = [p for p in fleet.pods if p.gpu_requests]
     n = fleet.window.n_samples
     per_sample = np.zeros(n + 1)
-    spans = sample_spans(fleet, fleet.allocations)
+    spans = fleet.allocation_spans
     if spans:
         i0, i1 = np.array(spans, dtype=np.int64).T
         ge = np.array([a.ge for a in fleet.allocations])
