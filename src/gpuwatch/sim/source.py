@@ -88,18 +88,24 @@ def _reported(codes: _Codes, first: int, end: int) -> tuple[np.ndarray, np.ndarr
     unit, sample by sample, a shared unit's holders in allocation order: the rows and order of a left
     join of `SimulatedFleet.telemetry()` with `truth()`."""
     n = end - first
-    unit, offset = np.nonzero(~codes.missing[:, first:end])
-    reported = unit * n + offset
+    present = ~codes.missing[:, first:end]
+    unit, offset = np.nonzero(present)
     allocation, sample = _held_samples(codes, first, end)
     held = codes.unit[allocation] * n + (sample - first)
     order = np.argsort(held, kind="stable")
-    blank = len(codes.holders["pod"])
-    held, holders = held[order], np.append(codes.holder[allocation[order]], blank)
-    lo, hi = np.searchsorted(held, reported, "left"), np.searchsorted(held, reported, "right")
-    copies = np.maximum(hi - lo, 1)
-    row = np.repeat(np.arange(len(reported)), copies)
-    nth = np.arange(len(row)) - np.repeat(np.cumsum(copies) - copies, copies)
-    return unit[row], offset[row] + first, np.where(hi[row] > lo[row], holders[lo[row] + nth], blank)
+    held = held[order]
+    # Per reported unit-sample, how many hold it: that many rows, or one with the blank holder. The
+    # holders of the reported unit-samples fill the rows that are not blank, in the same order.
+    count = np.bincount(held, minlength=present.size)[unit * n + offset]
+    copies = np.maximum(count, 1)
+    holder = np.full(int(copies.sum()), len(codes.holders["pod"]))
+    holder[np.repeat(count > 0, copies)] = codes.holder[allocation[order]][present.ravel()[held]]
+    return np.repeat(unit, copies), np.repeat(offset, copies) + first, holder
+
+
+def _times(window: Window, index: np.ndarray) -> pd.DatetimeIndex:
+    """The times of the window's samples of these indexes."""
+    return window.start + pd.to_timedelta(index.astype(np.float64) * window.step_seconds, unit="s")
 
 
 def _any_per_unit_sample(flags: np.ndarray, unit: np.ndarray, sample: np.ndarray) -> np.ndarray:
@@ -141,10 +147,11 @@ class SimulatedSource:
     def _fleet_times(self, sample: np.ndarray) -> pd.DatetimeIndex:
         return self.fleet.sample_times().take(sample)
 
-    def _window_times(self, sample: np.ndarray, window: Window) -> pd.DatetimeIndex:
-        """The time of the window's sample that holds each fleet sample."""
-        offset = (self._fleet_times(sample) - window.start).total_seconds() // window.step_seconds
-        return window.start + pd.to_timedelta(offset * window.step_seconds, unit="s")
+    def _window_samples(self, sample: np.ndarray, window: Window) -> np.ndarray:
+        """The index of the window's sample that holds each fleet sample (whole seconds: exact)."""
+        fleet = self.fleet.window
+        since_start = int((fleet.start - window.start).total_seconds()) + sample * fleet.step_seconds
+        return since_start // window.step_seconds
 
     def cluster_state(self) -> ClusterState:
         fleet = self.fleet
@@ -186,9 +193,6 @@ class SimulatedSource:
         util = self.fleet.util_ratio[unit, sample]
         rows = pd.DataFrame(
             {
-                "timestamp": self._fleet_times(sample) if fine_step else self._window_times(sample, window),
-                "unit": unit,
-                "holder": holder,
                 "util_ratio": util,
                 "fb_used_bytes": framebuffer_used_bytes(
                     codes.memory_bytes[unit],
@@ -201,21 +205,26 @@ class SimulatedSource:
         modelled = self.power_energy()
         if modelled is not None:  # whole-GPU fields: the counter read last in a coarse sample
             rows["power_watts"], rows["energy_joules"] = modelled[0][unit, sample], modelled[1][unit, sample]
-        if not fine_step:
+        if fine_step:
+            timestamp = self._fleet_times(sample)
+        else:  # one row per window sample, unit and holder, in the order each first appears
             fields = {
                 "util_ratio": "mean",
                 "fb_used_bytes": "mean",
                 "power_watts": "mean",
                 "energy_joules": "last",
             }
-            rows = rows.groupby(["timestamp", "unit", "holder"], as_index=False, sort=False).agg(
-                {k: f for k, f in fields.items() if k in rows}
-            )
-        unit, holder = rows["unit"].to_numpy(), rows["holder"].to_numpy()
-        units, holders = self._fleet_codes().units, self._fleet_codes().holders
+            n_units, n_holders = len(codes.memory_bytes), len(codes.loaded)
+            key = (self._window_samples(sample, window) * n_units + unit) * n_holders + holder
+            rows = rows.groupby(key, sort=False).agg({k: f for k, f in fields.items() if k in rows})
+            key = rows.index.to_numpy()
+            unit, holder = key // n_holders % n_units, key % n_holders
+            timestamp = _times(window, key // (n_holders * n_units))
+            rows = rows.reset_index(drop=True)
+        units, holders = codes.units, codes.holders
         return pd.DataFrame(
             {
-                "timestamp": rows["timestamp"],
+                "timestamp": timestamp,
                 "node": categorical_strings(units["node"], unit),
                 "uuid": categorical_strings(units["uuid"], unit),
                 "gpu_instance_id": categorical_strings(units["gpu_instance_id"], unit),
@@ -238,21 +247,18 @@ class SimulatedSource:
         """
         codes = self._fleet_codes()
         allocation, sample = _held_samples(codes, *self._samples_of(window))
-        held = pd.DataFrame(
-            {
-                "timestamp": self._window_times(sample, window),
-                "holder": codes.holder[allocation],
-                "ge_share": codes.ge[allocation],
-            }
-        )
-        held = held.groupby(["timestamp", "holder"], as_index=False).agg(ge_share=("ge_share", "sum"))
-        holder = held["holder"].to_numpy()
+        n_holders = len(codes.loaded)
+        key = self._window_samples(sample, window) * n_holders + codes.holder[allocation]
+        # One row per window sample and holder, in that order.
+        ge_share = pd.Series(codes.ge[allocation]).groupby(key).sum()
+        key = ge_share.index.to_numpy()
+        holder = key % n_holders
         # A coarse sample holds the mean of its sub-samples (avg_over_time of the gauge).
         ratio = self.fleet.window.step_seconds / window.step_seconds
         return pd.DataFrame(
             {
-                "timestamp": held["timestamp"],
+                "timestamp": _times(window, key // n_holders),
                 **{name: categorical_strings(codes.holders[name], holder) for name in _HOLDER_COLUMNS},
-                "ge_share": held["ge_share"] * ratio,
+                "ge_share": ge_share.to_numpy() * ratio,
             }
         )
