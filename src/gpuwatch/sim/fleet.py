@@ -428,10 +428,10 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
         power, energy = power_and_energy(fleet, rng)
     # The noise of the whole window, as one draw of it has it, kept for the slice only: a few rows at a time.
     temp_noise = np.empty((n_g, end - first))
-    rows = _chunk_rows(n_t)
-    for row in range(0, n_g, rows):
-        drawn = rng.normal(0, 0.7, (min(rows, n_g - row), n_t))
-        temp_noise[row : row + rows] = drawn[:, cols]
+    chunk = _chunk_rows(n_t)
+    for row in range(0, n_g, chunk):
+        drawn = rng.normal(0, 0.7, (min(chunk, n_g - row), n_t))
+        temp_noise[row : row + chunk] = drawn[:, cols]
     temp = np.round(32 + 45 * known_util + temp_noise)
     xid = np.zeros(temp.shape)
     remap = np.zeros(temp.shape)
