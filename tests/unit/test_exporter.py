@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import gpuwatch.read.service as service_module
 from gpuwatch.analytics.queuetables import QUEUE_STATE_COLUMNS, queue_states
 from gpuwatch.core.config import ClusterSettings, Settings
 from gpuwatch.core.errors import ConfigError, PrometheusError
@@ -23,7 +24,7 @@ from gpuwatch.sim import build_demo_fleet
 from gpuwatch.sim.demoservice import SimulatedSources, demo_service
 from gpuwatch.sources import ownseries
 from gpuwatch.sources.kubernetes import ClusterState
-from gpuwatch.surfaces.exporter import ExportLoop, GpuwatchCollector, serve_exporter
+from gpuwatch.surfaces.exporter import ExportLoop, GpuwatchCollector, collector, serve_exporter
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "exporter.txt"
 # Self-monitoring values change every run; everything else is a pure function of the fleet.
@@ -137,6 +138,29 @@ def test_published_numbers_are_the_fleet_at_its_last_sample(sources: FlakySource
     up = {s.labels["source"]: s.value for s in families["gpuwatch_source_up"].samples}
     assert up == {"prometheus": 1.0, "kubernetes": 1.0}
     assert families["gpuwatch_build_info"].samples[0].value == 1.0
+
+
+def test_cycles_within_a_step_publish_the_same_series_and_a_new_kueue_read_makes_them_again(
+    sources: FlakySources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exporter cycles more often than its step: a cycle whose window and Kueue read are the last
+    one's serves the series it made (the same text, nothing made again); once Kueue is read again (every
+    QUEUE_READ_SECONDS), the queue tables and series are made from the new read."""
+    made: list[int] = []
+    real = collector.published_series
+    monkeypatch.setattr(collector, "published_series", lambda *a, **k: made.append(1) or real(*a, **k))
+    loop = ExportLoop(
+        FleetService(settings=demo_service(Settings(), sources.fleet).settings, sources=sources)
+    )
+    sources.broken = False
+    loop.run_once()
+    first = VOLATILE.sub("", _scrape(loop))
+    assert "\ngpuwatch_queue_" in first
+    loop.run_once()
+    assert (len(made), VOLATILE.sub("", _scrape(loop))) == (1, first)
+    monkeypatch.setattr(service_module, "QUEUE_READ_SECONDS", 0.0)
+    loop.run_once()
+    assert (len(made), VOLATILE.sub("", _scrape(loop))) == (2, first)
 
 
 def test_a_failing_source_is_marked_down_and_the_last_series_stay(sources: FlakySources) -> None:

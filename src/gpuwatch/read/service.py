@@ -393,6 +393,9 @@ class FleetService:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._queues: tuple[float, QueueSetup] | None = None  # (monotonic time read, setup)
+        # The last queue tables and what they were made of: the exporter asks every cycle, and between
+        # two steps (or two reads of Kueue) its analysis and queue setup are the same objects.
+        self._queue_tables: tuple[Analysis, QueueSetup, QueueTables] | None = None
 
     @property
     def simulated(self) -> bool:
@@ -495,4 +498,13 @@ class FleetService:
         """The queue tables of the analysis' window (what `gpuwatch export` publishes as gpuwatch_queue_*);
         None without Kueue, so a cluster without it pays nothing for them."""
         setup = self.queue_setup()
-        return analysis_queues(analysis, setup, quota_only=True) if setup.installed else None
+        if not setup.installed:
+            return None
+        with self._lock:
+            last = self._queue_tables
+        if last is not None and last[0] is analysis and last[1] is setup:
+            return last[2]
+        tables = analysis_queues(analysis, setup, quota_only=True)
+        with self._lock:
+            self._queue_tables = (analysis, setup, tables)
+        return tables
