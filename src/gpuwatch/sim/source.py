@@ -148,10 +148,10 @@ class SimulatedSource:
         return self.fleet.sample_times().take(sample)
 
     def _window_samples(self, sample: np.ndarray, window: Window) -> np.ndarray:
-        """The index of the window's sample that holds each fleet sample (whole seconds: exact)."""
+        """The index of the window's sample that holds each fleet sample (in nanoseconds: exact)."""
         fleet = self.fleet.window
-        since_start = int((fleet.start - window.start).total_seconds()) + sample * fleet.step_seconds
-        return since_start // window.step_seconds
+        since_start = (pd.Timestamp(fleet.start) - pd.Timestamp(window.start)).value
+        return (since_start + sample * (fleet.step_seconds * 10**9)) // (window.step_seconds * 10**9)
 
     def cluster_state(self) -> ClusterState:
         fleet = self.fleet
