@@ -86,7 +86,9 @@ def test_live_exporter_publishes_what_the_demo_exporter_does(
     assert _families(live)["gpuwatch_pod_gpu_allocation"] == got["gpuwatch_pod_gpu_allocation"]
     assert sources.cluster is not None
     assert {s.lists for s in sources.cluster.stats().values()} == {1}
-    sources.cluster.stop()
+    for cache in (sources.cluster, sources.kueue):  # the watches end with the test, not the worker
+        if cache is not None:
+            cache.stop()
 
 
 def test_export_keeps_serving_with_prometheus_down(kubeconfig: str, tmp_path: Path) -> None:
