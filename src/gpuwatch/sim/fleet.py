@@ -7,7 +7,7 @@ Everything is a pure function of (seed, window, scale): the same arguments give 
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -356,10 +356,8 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
     # A few GPUs' rows at a time: the demo's fleet window is millions of samples, and each temporary of
     # the whole window is memory the kernel hands out afresh. The noise is drawn in the same order
     # (row after row) as one draw of the whole.
-    rows = _chunk_rows(n_t)
     power = np.empty((n_g, n_t))
-    for first in range(0, n_g, rows):
-        chunk = slice(first, first + rows)
+    for chunk in _row_chunks(n_g, n_t):
         p = power[chunk]
         np.copyto(p, _known(util[chunk]))  # tdp * (0.12 + 0.8 * util) + noise, in place
         p *= 0.8
@@ -382,8 +380,7 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
                 for r in same:
                     power[r] = p
     energy = np.empty((n_g, n_t))
-    for first in range(0, n_g, rows):
-        chunk = slice(first, first + rows)
+    for chunk in _row_chunks(n_g, n_t):
         # Each row's running sum, over the transpose: numpy sums along the first axis several times faster.
         e = np.cumsum((power[chunk] * fleet.window.step_seconds).T, axis=0).T
         np.round(e, out=e)
@@ -397,9 +394,11 @@ def power_and_energy(fleet: SimulatedFleet, rng: np.random.Generator) -> tuple[n
     return power, energy
 
 
-def _chunk_rows(n_samples: int, elements: int = 1 << 20) -> int:
-    """How many [gpu, sample] rows of `n_samples` make about `elements` values (8 MB of floats)."""
-    return max(1, elements // max(n_samples, 1))
+def _row_chunks(n_rows: int, n_samples: int, elements: int = 1 << 20) -> Iterator[slice]:
+    """The rows of a [gpu, sample] array, a few at a time: about `elements` values (8 MB of floats)."""
+    rows = max(1, elements // max(n_samples, 1))
+    for first in range(0, n_rows, rows):
+        yield slice(first, first + rows)
 
 
 def _known(util: np.ndarray) -> np.ndarray:
@@ -428,10 +427,9 @@ def _telemetry_frame(fleet: SimulatedFleet, first: int, end: int) -> pd.DataFram
         power, energy = power_and_energy(fleet, rng)
     # The noise of the whole window, as one draw of it has it, kept for the slice only: a few rows at a time.
     temp_noise = np.empty((n_g, end - first))
-    chunk = _chunk_rows(n_t)
-    for row in range(0, n_g, chunk):
-        drawn = rng.normal(0, 0.7, (min(chunk, n_g - row), n_t))
-        temp_noise[row : row + chunk] = drawn[:, cols]
+    for chunk in _row_chunks(n_g, n_t):
+        noise = temp_noise[chunk]
+        noise[:] = rng.normal(0, 0.7, (len(noise), n_t))[:, cols]
     temp = np.round(32 + 45 * known_util + temp_noise)
     xid = np.zeros(temp.shape)
     remap = np.zeros(temp.shape)
