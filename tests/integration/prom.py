@@ -341,6 +341,7 @@ class VictoriaMetricsServer:
 
     data_dir: Path
     port: int = 0
+    flags: tuple[str, ...] = ()  # more flags, after those above
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -363,6 +364,7 @@ class VictoriaMetricsServer:
             "-search.disableCache",
             "-maxLabelsPerTimeseries=1000",
             "-loggerLevel=WARN",
+            *self.flags,
         ]
         self.process = _launch(cmd, log, f"{self.url}/health", timeout)
         return self

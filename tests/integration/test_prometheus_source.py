@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,9 @@ from gpuwatch.sim import SimulatedFleet
 from gpuwatch.sources import promql
 from gpuwatch.sources.dcgm import DEV_FB_USED, ExporterPods
 from gpuwatch.sources.dcgmrows import unit_rows
+from gpuwatch.sources.historyqueries import pod_gpus_sum_query
 from gpuwatch.sources.prometheus import PrometheusSource
-from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, free_port
+from tests.integration.prom import BackfilledPrometheus, PrometheusFactory, VictoriaMetricsServer, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -261,6 +263,34 @@ def test_prometheus_down_is_one_line_after_bounded_retries() -> None:
     assert slept == [0.5, 1.0, 2.0]
 
 
+def test_a_victoriametrics_series_limit_is_named_with_the_flag_that_raises_it(tmp_path: Path) -> None:
+    """A month at real churn is more pods than VictoriaMetrics lets one query select by default (300,000
+    in 1.79): its refusal ends in the cause, which the one-line error keeps and names as a flag to raise."""
+    end = datetime(2026, 11, 20, tzinfo=UTC)
+    lines = [
+        f'day:gpuwatch_pod_gpu_used:sum_over_time{{namespace="ns-{i % 2}",pod="p{i}",team="t",node="n",'
+        f'pool="L4"}} {i} {end.timestamp() - 3600}'
+        for i in range(8)
+    ]
+    history = tmp_path / "pods.om"
+    history.write_text("\n".join([*lines, "# EOF", ""]), encoding="utf-8")
+    query = partial(pod_gpus_sum_query, "gpuwatch_pod_gpu_used", range_seconds=86_400, resolution_seconds=60)
+    with VictoriaMetricsServer(tmp_path / "vm", flags=("-search.maxUniqueTimeseries=5",)) as vm:
+        vm.import_openmetrics(history)
+        source = PrometheusSource(vm.url, max_attempts=1)
+        ns_1 = [promql.Matcher("namespace", "ns-1")]
+        one_namespace = source.query(query(rollup="day", matchers=ns_1), at=end)
+        with pytest.raises(PrometheusError) as caught:
+            source.query(query(rollup="day"), at=end)
+    assert sorted(one_namespace["value"]) == [1.0, 3.0, 5.0, 7.0]  # four series: within the limit
+    assert str(caught.value) == (
+        f"prometheus at {vm.url} refused an instant query: it selects more than 5 series, the most "
+        "VictoriaMetrics' -search.maxUniqueTimeseries lets a query select. A per-pod table (Right-size, "
+        "every workload) selects one series per pod of the window: raise the flag above the pods your "
+        "longest window holds"
+    )
+
+
 def test_a_silent_prometheus_times_out_in_one_line() -> None:
     with socket.socket() as listener:  # accepts connections, never answers
         listener.bind(("127.0.0.1", 0))
@@ -380,6 +410,20 @@ def test_persistent_5xx_gives_up_after_max_attempts(fake: Callable[..., FakeProm
         "timeout: query timed out in expression evaluation"
     )
     assert len(server.requests) == 3
+
+
+def test_a_long_refusal_keeps_what_failed_and_its_cause(fake: Callable[..., FakePrometheus]) -> None:
+    """Servers wrap a cause in what it made fail ("executing …: evaluating …: the cause"): a refusal
+    too long for one line loses its middle, never its end."""
+    wrapped = "error when executing query=" + "x" * 400 + ": search error: the query needs more memory"
+    server = fake([error(422, "422", wrapped)])
+    with pytest.raises(PrometheusError) as caught:
+        PrometheusSource(server.url, max_attempts=1).query("up")
+    message = str(caught.value)
+    detail = message.removeprefix(f"prometheus at {server.url}: an instant query failed (HTTP 422): ")
+    assert detail.startswith("422: error when executing query=xxx")
+    assert detail.endswith("xxx: search error: the query needs more memory") and detail.count(" ... ") == 1
+    assert len(detail) == 300 and "\n" not in message
 
 
 def test_at_most_max_concurrent_queries_are_in_flight_whichever_threads_send_them(

@@ -45,6 +45,8 @@ MAX_CHUNK_SECONDS: Final = 86_400.0
 # the answers; well under Prometheus' default --query.max-concurrency of 20.
 MAX_CONCURRENT_QUERIES: Final = 4
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"()\]]+)")
+# VictoriaMetrics refuses a query that selects more series than -search.maxUniqueTimeseries (HTTP 422).
+_SERIES_LIMIT = re.compile(r"number of matching (?:unique )?time ?series exceeds (\d+)", re.IGNORECASE)
 
 
 class _Current(threading.local):
@@ -379,6 +381,14 @@ class PrometheusClient:
                 f"prometheus at {self.url} refused {what} (HTTP {e.status}): "
                 "check the bearer token or basic auth"
             )
+        limit = _SERIES_LIMIT.search(e.message)
+        if limit:
+            return PrometheusError(
+                f"prometheus at {self.url} refused {what}: it selects more than {int(limit[1]):,} series, "
+                "the most VictoriaMetrics' -search.maxUniqueTimeseries lets a query select. A per-pod table "
+                "(Right-size, every workload) selects one series per pod of the window: raise the flag "
+                "above the pods your longest window holds"
+            )
         return PrometheusError(f"prometheus at {self.url}: {what} failed (HTTP {e.status}): {e.message}")
 
     # -- raw API ---------------------------------------------------------------------------------
@@ -551,5 +561,10 @@ def _reason(e: BaseException) -> str:
 
 
 def _one_line(text: str, limit: int = 300) -> str:
+    """The text on one line of at most `limit` characters. A longer one keeps its start (what failed) and
+    its end: servers wrap a cause in what it made fail, so the cause comes last."""
     line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    if len(line) <= limit:
+        return line
+    head = limit // 3
+    return f"{line[:head]} ... {line[len(line) - (limit - head - 5) :]}"
