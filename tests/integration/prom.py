@@ -5,7 +5,6 @@ promtool) or in VictoriaMetrics (imported over HTTP), served on 127.0.0.1 and qu
 import contextlib
 import ctypes
 import fcntl
-import functools
 import json
 import os
 import shutil
@@ -19,7 +18,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol, Self
 
-import numpy as np
 import requests
 
 from gpuwatch.core.config import Settings
@@ -95,128 +93,24 @@ def write_backfill_file(
     return BackfillStats(path, samples, path.stat().st_size, time.perf_counter() - began)
 
 
-@functools.cache
-def _promtool_has_max_block_duration() -> bool:
-    """promtool learnt --max-block-duration in 2.44; 2.42 (Debian 12) writes 2h blocks, one file pass each."""
-    help_text = subprocess.run(
-        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return "max-block-duration" in help_text.stdout + help_text.stderr
-
-
 def create_blocks(
-    openmetrics: Path, data_dir: Path, *, max_block_hours: int = 48, timeout: float = 600
+    openmetrics: Path, data_dir: Path, *, max_block_hours: int = 486, timeout: float = 600
 ) -> None:
     """(b) `promtool tsdb create-blocks-from openmetrics FILE DIR`; a failure raises with its output.
 
-    promtool before 2.44 re-reads its whole input once per 2 h block it writes, so a day of history costs
-    twelve passes over the file: there the file is split at the same epoch-aligned 2 h boundaries first and
-    promtool runs once per piece, writing the same blocks in one pass over the samples.
+    promtool reads its whole input once per block it writes, so the blocks are as long as Prometheus makes
+    them under the test servers' retention (486 h: 2 h × 3⁵, the longest range within its 31-day cap): a
+    world of up to 20 days is one or two passes over the file. (promtool 2.42, Debian 12's, takes
+    --max-block-duration without listing it in its help.)
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    if _promtool_has_max_block_duration():
-        _promtool(openmetrics, data_dir, [f"--max-block-duration={max_block_hours}h"], timeout)
-        return
-    pieces = _split_by_block(openmetrics, openmetrics.parent / f"{openmetrics.name}.blocks")
-    try:
-        for piece in pieces:
-            _promtool(piece, data_dir, [], timeout)
-    finally:
-        shutil.rmtree(openmetrics.parent / f"{openmetrics.name}.blocks", ignore_errors=True)
-
-
-def _promtool(openmetrics: Path, data_dir: Path, flags: list[str], timeout: float) -> None:
-    cmd = [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet", *flags, str(openmetrics)]
-    done = subprocess.run([*cmd, str(data_dir)], capture_output=True, text=True, timeout=timeout, check=False)
+    cmd = [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet"]
+    cmd += [f"--max-block-duration={max_block_hours}h", str(openmetrics), str(data_dir)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise RuntimeError(
             f"promtool failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
         )
-
-
-BLOCK_SECONDS = 2 * 3600
-
-
-def _split_by_block(openmetrics: Path, directory: Path) -> list[Path]:
-    """The file's samples as one OpenMetrics file per epoch-aligned 2 h block, each family's HELP/TYPE
-    lines before its first sample in every piece, each piece ending in # EOF.
-
-    Lines are sorted into blocks by numpy, not one by one in Python: the file is written series by
-    series, each in time order, so its lines fall into runs of one block, and a run is copied at once."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pieces: dict[int, IO[bytes]] = {}
-    headed: dict[int, int] = {}  # block -> the family whose header it last wrote
-    header: list[bytes] = []
-    family = 0
-    try:
-        for data, starts, ends in _line_chunks(openmetrics):
-            first_byte = np.frombuffer(data, np.uint8)[starts]
-            comment = (first_byte == ord("#")) & (ends > starts)
-            sample = ~comment & (ends > starts)
-            block = np.full(len(ends), -1, dtype=np.int64)  # -1: a comment line (a run of its own)
-            block[~comment & ~sample] = -2  # a blank line, skipped
-            block[sample] = _epoch_seconds(data, ends[sample]) // BLOCK_SECONDS
-            runs = np.flatnonzero(np.r_[True, (block[1:] != block[:-1]) | comment[1:]])
-            for first, last in zip(runs.tolist(), [*runs[1:].tolist(), len(ends)], strict=True):
-                text = data[starts[first] : ends[last - 1] + 1]
-                if block[first] == -1:
-                    if text.startswith(b"# EOF"):
-                        continue
-                    if not header or header[-1].split(b" ", 3)[2] != text.split(b" ", 3)[2]:
-                        header, family = [], family + 1
-                    header.append(text)
-                elif block[first] >= 0:
-                    at = int(block[first])
-                    out = pieces.get(at)
-                    if out is None:
-                        out = pieces[at] = (directory / f"{at}.om").open("wb")
-                    if headed.get(at) != family:
-                        out.writelines(header)
-                        headed[at] = family
-                    out.write(text)
-    finally:
-        for out in pieces.values():
-            out.write(b"# EOF\n")
-            out.close()
-    return [directory / f"{block}.om" for block in sorted(pieces)]
-
-
-def _line_chunks(path: Path, chunk_bytes: int = 16 << 20) -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
-    """The file in pieces of whole lines: (bytes, each line's first offset, each line's newline offset)."""
-    with path.open("rb") as lines:
-        rest = b""
-        while piece := lines.read(chunk_bytes):
-            data = rest + piece
-            cut = data.rfind(b"\n") + 1
-            data, rest = data[:cut], data[cut:]
-            if data:
-                ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n"))
-                yield data, np.r_[0, ends[:-1] + 1], ends
-        if rest:
-            raise ValueError(f"{path}: the last line has no newline")
-
-
-def _epoch_seconds(data: bytes, ends: np.ndarray) -> np.ndarray:
-    """The whole epoch seconds of the sample lines ending at `ends`: the digits of each line's last field
-    (its timestamp) up to its decimal point, if it has one."""
-    text = np.frombuffer(data, np.uint8)
-    spaces, points = np.flatnonzero(text == ord(" ")), np.flatnonzero(text == ord("."))
-    field = spaces[np.searchsorted(spaces, ends) - 1] + 1  # after the line's last space
-    point = points[np.maximum(np.searchsorted(points, ends) - 1, 0)] if len(points) else ends
-    whole_end = np.where((point >= field) & (point < ends), point, ends)
-    seconds = np.zeros(len(ends), dtype=np.int64)
-    for k in range(int((whole_end - field).max(initial=0))):
-        at = field + k
-        inside = at < whole_end
-        digit = text[np.where(inside, at, 0)].astype(np.int64) - ord("0")
-        if ((digit < 0) | (digit > 9))[inside].any():
-            raise ValueError("a sample's timestamp is not epoch seconds")
-        seconds = np.where(inside, seconds * 10 + digit, seconds)
-    return seconds
 
 
 def free_port() -> int:
