@@ -17,9 +17,9 @@ seconds (and the client's and Prometheus' CPU seconds), the ratios naive/gpuwatc
 gpuwatch/bare (target <= 1.5x), rows produced, each child's peak RSS, and the set-up (simulate,
 OpenMetrics files, promtool, Prometheus' compaction) on a line of its own.
 
-promtool 2.42 has no --max-block-duration and re-reads its whole input once per 2 h block, so the
-history is written as one OpenMetrics file per 2 h block (Prometheus' block boundaries) and promtool
-runs per file, `--jobs` at a time, while the next file is written. `--tsdb DIR` keeps the TSDB for the
+promtool re-reads its whole input once per block it writes, so the history is written as one
+OpenMetrics file per 2 h block (Prometheus' block boundaries) and promtool runs per file, `--jobs` at a
+time, while the next file is written. `--tsdb DIR` keeps the TSDB for the
 next run (set-up is skipped when DIR holds one built with the same parameters).
 Not a test: nothing is asserted on time. Run from the repository root: python benchmarks/collect.py
 """

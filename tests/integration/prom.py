@@ -93,9 +93,7 @@ def write_backfill_file(
     return BackfillStats(path, samples, path.stat().st_size, time.perf_counter() - began)
 
 
-def create_blocks(
-    openmetrics: Path, data_dir: Path, *, max_block_hours: int = 486, timeout: float = 600
-) -> None:
+def create_blocks(openmetrics: Path, data_dir: Path, *, timeout: float = 600) -> None:
     """(b) `promtool tsdb create-blocks-from openmetrics FILE DIR`; a failure raises with its output.
 
     promtool reads its whole input once per block it writes, so the blocks are as long as Prometheus makes
@@ -105,7 +103,7 @@ def create_blocks(
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     cmd = [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "--quiet"]
-    cmd += [f"--max-block-duration={max_block_hours}h", str(openmetrics), str(data_dir)]
+    cmd += ["--max-block-duration=486h", str(openmetrics), str(data_dir)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise RuntimeError(
