@@ -11,6 +11,7 @@ Not a test: nothing is asserted. Run from the repository root: python benchmarks
 """
 
 import argparse
+import os
 import random
 import sys
 import tempfile
@@ -61,7 +62,7 @@ def store_cpu_seconds(wrapper_pid: int) -> float:
         pid = int(children.read().split()[0])
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime, in clock ticks
 
 
 def settle(pid: int, *, idle_cpu_seconds: float = 0.05, period_seconds: float = 2.0) -> None:
@@ -78,7 +79,8 @@ def measure(name: str, url: str, pid: int, runs: int) -> None:
     for label, query in QUERIES.items():
         for run in range(runs):
             cpu, began = store_cpu_seconds(pid), time.perf_counter()
-            reply = requests.get(f"{url}/api/v1/query", params={"query": query, "time": END.timestamp()})
+            at = {"query": query, "time": END.timestamp()}
+            reply = requests.get(f"{url}/api/v1/query", params=at, timeout=600)
             reply.raise_for_status()
             seconds, cpu = time.perf_counter() - began, store_cpu_seconds(pid) - cpu
             series = len(reply.json()["data"]["result"])
